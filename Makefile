@@ -1,0 +1,37 @@
+# The two commands: `make demo` and `make test`. Each installs what is missing first.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	if command -v $$p >/dev/null && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then echo $$p; break; fi; done)
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+DATA_DIR ?= .magnetar/demo
+PYTEST_ARGS ?=
+
+.PHONY: test demo install zookeeper down proto clean
+
+install: $(STAMP) zookeeper
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+zookeeper:
+	@scripts/ensure-zookeeper
+
+test: install
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/magnetar demo --data-dir $(DATA_DIR)
+
+down:
+	$(VENV)/bin/magnetar down --data-dir $(DATA_DIR)
+
+proto: install
+	$(VENV)/bin/python -m magnetar.proto.generate
+
+clean:
+	rm -rf $(VENV) .magnetar

@@ -1,0 +1,3 @@
+from magnetar.cli import main
+
+main()

@@ -1,0 +1,120 @@
+"""The ``magnetar`` command: one entry point for every process kind and for operators.
+
+Sub-commands import their room lazily, so ``magnetar --help`` stays fast and a room's dependencies load
+only when that room runs.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Optional
+
+import typer
+
+from magnetar.errors import MagnetarError
+
+app = typer.Typer(
+    name="magnetar",
+    help="Magnetar: geo-replicated publish/subscribe on Apache Pulsar's architecture.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(err: Exception) -> None:
+    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def zookeeper(
+    port: int = typer.Option(2181, help="Client port."),
+    data_dir: pathlib.Path = typer.Option(..., "--data-dir", help="Snapshots, transaction log and zoo.cfg."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    tick_time_ms: int = typer.Option(500, help="ZooKeeper tick (session timeouts are 2..20 ticks)."),
+    heap_mb: int = typer.Option(256, help="JVM heap size."),
+) -> None:
+    """Run a real standalone ZooKeeper server (Debian's package jars, or ZOOKEEPER_HOME)."""
+    from magnetar import zookeeper as zk
+
+    try:
+        zk.run_foreground(
+            zk.ZooKeeperSettings(data_dir=data_dir, port=port, host=host, tick_time_ms=tick_time_ms, heap_mb=heap_mb)
+        )
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
+def bookie(config: pathlib.Path = typer.Option(..., "--config", help="bookie.toml")) -> None:
+    """Run a storage node (journal, entry logs, index, gRPC BookieService, /metrics)."""
+    from bookie.server import run
+
+    try:
+        run(config)
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
+def up(
+    topology: pathlib.Path = typer.Argument(..., help="Topology file, e.g. clusters/standalone.toml."),
+    data_dir: pathlib.Path = typer.Option(..., "--data-dir", help="Where every process keeps its data and logs."),
+    detach: bool = typer.Option(False, "--detach", help="Return once everything is healthy; leave it running."),
+) -> None:
+    """Start every process a topology names, wait until healthy, write DATA_DIR/topology.json."""
+    from clusters.supervisor import up as do_up
+
+    try:
+        raise typer.Exit(code=do_up(topology, data_dir, detach=detach))
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
+def down(data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
+    """Stop every process of the deployment in DATA_DIR (process groups; nothing left listening)."""
+    from clusters.supervisor import down as do_down
+
+    try:
+        raise typer.Exit(code=do_down(data_dir))
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
+def status(
+    data_dir: pathlib.Path = typer.Option(..., "--data-dir"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show every process of the deployment in DATA_DIR: alive, dead (with exit code), endpoints."""
+    from clusters.supervisor import status as do_status
+
+    try:
+        raise typer.Exit(code=do_status(data_dir, as_json=as_json))
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
+def demo(
+    data_dir: pathlib.Path = typer.Option(pathlib.Path(".magnetar/demo"), "--data-dir"),
+    topology: Optional[pathlib.Path] = typer.Option(None, help="Topology file (default: the standalone one)."),
+) -> None:
+    """Bring a local deployment up, run the main job against it, show the result, leave it running."""
+    from clusters.demo import run as run_demo
+
+    try:
+        raise typer.Exit(code=run_demo(data_dir, topology=topology))
+    except MagnetarError as err:
+        _fail(err)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

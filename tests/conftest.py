@@ -1,0 +1,50 @@
+"""Fixtures every test layer shares: a real ZooKeeper per session, a chroot per test, process cleanup,
+and the logs of every process a failing test started."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from tests.kit import process as kit_process
+from tests.kit.zookeeper import ZooKeeperServer, start_zookeeper
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory) -> ZooKeeperServer:
+    """One real ZooKeeper server for the whole session (tests isolate themselves by chroot)."""
+    base = tmp_path_factory.mktemp("zk")
+    server = start_zookeeper(base)
+    yield server
+    server.process.cleanup()
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    """A connect string ``host:port/chroot`` private to this test."""
+    return zk_server.new_chroot()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for proc in kit_process.live_processes() + getattr(item, "_kit_dead_processes", []):
+            report.sections.append((f"log of {proc.name} ({proc.log_path})", proc.log_tail(6000)))
+
+
+@pytest.fixture(autouse=True)
+def _kill_started_processes(request):
+    """Kills every process a test started (by its process group) when the test ends."""
+    before = set(kit_process.live_processes())
+    yield
+    started = [p for p in kit_process.live_processes() if p not in before]
+    request.node._kit_dead_processes = started
+    for proc in started:
+        proc.cleanup()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    kit_process.kill_all()

@@ -1,0 +1,1 @@
+"""Magnetar's test kit: real servers on free ports, isolated per test, killed afterwards, with faults."""
