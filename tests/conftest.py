@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from tests.kit import process as kit_process
+from tests.kit.fixtures import bookie_factory  # noqa: F401 (a fixture)
 from tests.kit.zookeeper import ZooKeeperServer, start_zookeeper
 
 
@@ -31,7 +32,8 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        for proc in kit_process.live_processes() + getattr(item, "_kit_dead_processes", []):
+        before = getattr(item, "_kit_before", set())
+        for proc in [p for p in kit_process.live_processes() if p not in before]:
             report.sections.append((f"log of {proc.name} ({proc.log_path})", proc.log_tail(6000)))
 
 
@@ -39,9 +41,9 @@ def pytest_runtest_makereport(item, call):
 def _kill_started_processes(request):
     """Kills every process a test started (by its process group) when the test ends."""
     before = set(kit_process.live_processes())
+    request.node._kit_before = before
     yield
     started = [p for p in kit_process.live_processes() if p not in before]
-    request.node._kit_dead_processes = started
     for proc in started:
         proc.cleanup()
 

@@ -1,0 +1,344 @@
+"""The gRPC client of one bookie, shared by every ledger handle of a :class:`LedgerClient`.
+
+Adds are pipelined: ledger handles queue framed entries with :meth:`BookieClient.add` (no await), a sender
+task packs everything queued into one AddRequest (up to ``max_request_bytes``) and writes it on a single
+long-lived AddEntries stream; a reader task matches responses to requests in order (the bookie answers in
+the order it received) and calls each entry's callback. When the stream breaks, or the oldest request waits
+longer than ``add_timeout_s``, every queued and in-flight entry is failed with UNAVAILABLE: the ledger
+handle turns that into an ensemble change. The next add opens a new stream.
+
+Reads, fencing, LAC and deletes are unary or server-streaming calls with a deadline; gRPC errors are mapped
+to ``bookie.errors`` types here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import grpc
+from grpc import aio
+
+from bookie.errors import BookieError, BookieUnavailableError, InvalidRequestError, status_to_error
+from magnetar.proto import bookie_pb2
+
+from .wire import frame_add_request
+
+log = logging.getLogger(__name__)
+
+Status = bookie_pb2.Status
+
+# callback(bookie_id, entry_id, status, message) -- called on the event loop.
+AddCallback = Callable[[str, int, int, str], None]
+
+_SERVICE = "/magnetar.bookie.v1.BookieService/"
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+class ClientState(enum.Enum):
+    IDLE = "idle"
+    STREAMING = "streaming"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class _QueuedAdd:
+    framed: bytes
+    entry_id: int
+    callback: AddCallback
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request_id: int
+    sent_at: float
+    adds: list[_QueuedAdd]
+
+
+def map_rpc_error(bookie_id: str, err: grpc.RpcError) -> BookieError:
+    """A gRPC failure as a typed Magnetar error naming the bookie."""
+    code = err.code() if hasattr(err, "code") else None
+    detail = err.details() if hasattr(err, "details") else str(err)
+    text = f"bookie {bookie_id}: {code.name if code else 'error'}: {detail}"
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequestError(text)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        # The bookie says why in the detail (fenced / read-only); keep the text, mark it non-retriable.
+        return BookieError(text)
+    return BookieUnavailableError(text)
+
+
+class BookieClient:
+    """One bookie's channel, its pipelined add stream, and its read/fence/LAC calls."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        address: str,
+        *,
+        add_timeout_s: float = 10.0,
+        read_timeout_s: float = 5.0,
+        max_request_bytes: int = 4 * 1024 * 1024,
+        max_inflight_requests: int = 64,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.address = address
+        self.add_timeout_s = add_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.max_request_bytes = max_request_bytes
+        self.max_inflight_requests = max_inflight_requests
+        self.state = ClientState.IDLE
+        self._channel = aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._add_call = self._channel.stream_stream(
+            _SERVICE + "AddEntries", request_serializer=None, response_deserializer=bookie_pb2.AddResponse.FromString
+        )
+        self._read_call = self._channel.unary_stream(
+            _SERVICE + "ReadEntries",
+            request_serializer=bookie_pb2.ReadRequest.SerializeToString,
+            response_deserializer=bookie_pb2.ReadResponse.FromString,
+        )
+        self._lac_call = self._channel.unary_unary(
+            _SERVICE + "ReadLastAddConfirmed",
+            request_serializer=bookie_pb2.ReadLacRequest.SerializeToString,
+            response_deserializer=bookie_pb2.ReadLacResponse.FromString,
+        )
+        self._fence_call = self._channel.unary_unary(
+            _SERVICE + "FenceLedger",
+            request_serializer=bookie_pb2.FenceRequest.SerializeToString,
+            response_deserializer=bookie_pb2.ReadLacResponse.FromString,
+        )
+        self._delete_call = self._channel.unary_unary(
+            _SERVICE + "DeleteLedger",
+            request_serializer=bookie_pb2.DeleteLedgerRequest.SerializeToString,
+            response_deserializer=bookie_pb2.DeleteLedgerResponse.FromString,
+        )
+        self._info_call = self._channel.unary_unary(
+            _SERVICE + "GetBookieInfo",
+            request_serializer=bookie_pb2.BookieInfoRequest.SerializeToString,
+            response_deserializer=bookie_pb2.BookieInfoResponse.FromString,
+        )
+        self._queues: dict[bool, list[_QueuedAdd]] = {False: [], True: []}
+        self._queued_since: Optional[float] = None
+        self._inflight: collections.deque[_InFlight] = collections.deque()
+        self._request_ids = itertools.count(1)
+        self._wakeup = asyncio.Event()
+        self._room = asyncio.Event()
+        self._task: Optional[asyncio.Task] = None
+
+    # -- pipelined adds ---------------------------------------------------------------------------------
+
+    def add(self, framed_entry: bytes, entry_id: int, callback: AddCallback, *, recovery: bool = False) -> None:
+        """Queues one framed entry (see ``wire.encode_entry``); ``callback`` reports its outcome later."""
+        if self.state is ClientState.CLOSED:
+            callback(self.bookie_id, entry_id, Status.UNAVAILABLE, "bookie client closed")
+            return
+        queue = self._queues[recovery]
+        if not queue and not self._queues[not recovery]:
+            self._queued_since = time.monotonic()
+        queue.append(_QueuedAdd(framed_entry, entry_id, callback))
+        if self._task is None or self._task.done():
+            self.state = ClientState.STREAMING
+            self._task = asyncio.get_running_loop().create_task(self._run_stream(), name=f"bookie-add-{self.bookie_id}")
+        self._wakeup.set()
+
+    def _take_batch(self) -> tuple[bool, list[_QueuedAdd]]:
+        for recovery in (False, True):
+            queue = self._queues[recovery]
+            if not queue:
+                continue
+            size = 0
+            cut = 0
+            for cut, item in enumerate(queue):
+                size += len(item.framed)
+                if size > self.max_request_bytes and cut > 0:
+                    break
+            else:
+                cut = len(queue)
+            batch = queue[:cut]
+            del queue[:cut]
+            return recovery, batch
+        return False, []
+
+    async def _run_stream(self) -> None:
+        call = self._add_call(wait_for_ready=False)
+        reader = asyncio.get_running_loop().create_task(self._read_responses(call))
+        watchdog = asyncio.get_running_loop().create_task(self._watch_timeouts())
+        error: Optional[str] = None
+        try:
+            while True:
+                if not self._queues[False] and not self._queues[True]:
+                    self._wakeup.clear()
+                    waiter = asyncio.ensure_future(self._wakeup.wait())
+                    done, _ = await asyncio.wait({waiter, reader, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+                    if waiter not in done:
+                        waiter.cancel()
+                        break
+                    continue
+                if len(self._inflight) >= self.max_inflight_requests:
+                    self._room.clear()
+                    waiter = asyncio.ensure_future(self._room.wait())
+                    done, _ = await asyncio.wait({waiter, reader, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+                    if waiter not in done:
+                        waiter.cancel()
+                        break
+                    continue
+                recovery, batch = self._take_batch()
+                if not (self._queues[False] or self._queues[True]):
+                    self._queued_since = None
+                request_id = next(self._request_ids)
+                self._inflight.append(_InFlight(request_id, time.monotonic(), batch))
+                await call.write(frame_add_request(request_id, [a.framed for a in batch], recovery=recovery))
+        except asyncio.CancelledError:
+            error = "bookie client closed"
+            raise
+        except grpc.RpcError as err:
+            error = str(map_rpc_error(self.bookie_id, err))
+        except Exception as err:  # noqa: BLE001 - any failure of the stream fails its entries, never hangs them
+            error = f"bookie {self.bookie_id}: add stream failed: {err!r}"
+        finally:
+            if error is None:
+                error = self._stream_error(reader, watchdog)
+            call.cancel()
+            for task in (reader, watchdog):
+                task.cancel()
+            await asyncio.gather(reader, watchdog, return_exceptions=True)
+            self._fail_everything(error)
+            if self.state is not ClientState.CLOSED:
+                self.state = ClientState.IDLE
+
+    def _stream_error(self, reader: asyncio.Task, watchdog: asyncio.Task) -> str:
+        for task in (watchdog, reader):
+            if task.done() and not task.cancelled():
+                exc = task.exception()
+                if exc is not None:
+                    if isinstance(exc, grpc.RpcError):
+                        return str(map_rpc_error(self.bookie_id, exc))
+                    return str(exc)
+                return f"bookie {self.bookie_id}: add stream ended"
+        return f"bookie {self.bookie_id}: add stream ended"
+
+    async def _read_responses(self, call) -> None:
+        while True:
+            response = await call.read()
+            if response is aio.EOF:
+                raise BookieUnavailableError(f"bookie {self.bookie_id}: add stream closed by the bookie")
+            if not self._inflight:
+                raise BookieUnavailableError(f"bookie {self.bookie_id}: answer to a request never sent")
+            sent = self._inflight.popleft()
+            self._room.set()
+            if response.request_id != sent.request_id:
+                raise BookieUnavailableError(
+                    f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
+                )
+            status = response.status
+            if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
+                for add, entry_status in zip(sent.adds, response.entry_status):
+                    add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
+            else:
+                for add in sent.adds:
+                    add.callback(self.bookie_id, add.entry_id, status, response.message)
+
+    async def _watch_timeouts(self) -> None:
+        period = min(0.25, self.add_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            oldest = self._inflight[0].sent_at if self._inflight else self._queued_since
+            if oldest is not None and now - oldest > self.add_timeout_s:
+                raise BookieUnavailableError(
+                    f"bookie {self.bookie_id}: add timed out after {self.add_timeout_s:.1f} s"
+                )
+
+    def _fail_everything(self, message: str) -> None:
+        failed = [a for sent in self._inflight for a in sent.adds]
+        self._inflight.clear()
+        for recovery in (False, True):
+            failed.extend(self._queues[recovery])
+            self._queues[recovery] = []
+        self._queued_since = None
+        if failed:
+            log.warning("%s: failing %d pending adds", message, len(failed))
+        for add in failed:
+            add.callback(self.bookie_id, add.entry_id, Status.UNAVAILABLE, message)
+
+    # -- unary calls --------------------------------------------------------------------------------------
+
+    async def read_entries(
+        self,
+        ledger_id: int,
+        entry_ids: Optional[Iterable[int]] = None,
+        *,
+        first: Optional[int] = None,
+        last: Optional[int] = None,
+        fence: bool = False,
+        timeout_s: Optional[float] = None,
+    ) -> list[bookie_pb2.ReadEntry]:
+        """Reads entries (explicit ascending ids, or an inclusive range); missing ones come back with
+        NO_SUCH_ENTRY. Raises a mapped BookieError on a gRPC failure or deadline."""
+        request = bookie_pb2.ReadRequest(ledger_id=ledger_id, fence=fence)
+        if entry_ids is not None:
+            request.entry_ids.extend(entry_ids)
+        else:
+            request.first_entry_id = first
+            request.last_entry_id = last
+        out: list[bookie_pb2.ReadEntry] = []
+        try:
+            async with asyncio.timeout(timeout_s or self.read_timeout_s):
+                call = self._read_call(request)
+                async for response in call:
+                    out.extend(response.entries)
+        except TimeoutError as err:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: read timed out") from err
+        except grpc.RpcError as err:
+            raise map_rpc_error(self.bookie_id, err) from err
+        return out
+
+    async def read_lac(self, ledger_id: int) -> bookie_pb2.ReadLacResponse:
+        return await self._unary(self._lac_call, bookie_pb2.ReadLacRequest(ledger_id=ledger_id))
+
+    async def fence(self, ledger_id: int) -> bookie_pb2.ReadLacResponse:
+        return await self._unary(self._fence_call, bookie_pb2.FenceRequest(ledger_id=ledger_id))
+
+    async def delete_ledger(self, ledger_id: int) -> bool:
+        response = await self._unary(self._delete_call, bookie_pb2.DeleteLedgerRequest(ledger_id=ledger_id))
+        return response.existed
+
+    async def info(self, *, timeout_s: Optional[float] = None) -> bookie_pb2.BookieInfoResponse:
+        return await self._unary(self._info_call, bookie_pb2.BookieInfoRequest(), timeout_s=timeout_s)
+
+    async def _unary(self, multicallable, request, *, timeout_s: Optional[float] = None):
+        try:
+            return await multicallable(request, timeout=timeout_s or self.read_timeout_s)
+        except grpc.RpcError as err:
+            raise map_rpc_error(self.bookie_id, err) from err
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self.state is ClientState.CLOSED:
+            return
+        self.state = ClientState.CLOSED
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._fail_everything(f"bookie {self.bookie_id}: client closed")
+        await self._channel.close()
+
+
+def entry_error(bookie_id: str, status: int, message: str) -> BookieError:
+    """The typed error for a non-OK per-entry status."""
+    return status_to_error(status, f"bookie {bookie_id}: {message or bookie_pb2.Status.Name(status)}")

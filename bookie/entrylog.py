@@ -1,0 +1,201 @@
+"""Entry logs: append-only files interleaving the flushed entries of many ledgers.
+
+The writer belongs to the storage thread (flush and compaction); readers run in the read pool and open
+files per batch (a log removed by garbage collection meanwhile raises FileNotFoundError and the caller
+re-reads the index). Each flush appends entries sorted by (ledger, entry), so a catch-up read of a range
+usually finds its records adjacent and reads them with one ``pread`` (:func:`read_records`).
+
+Files are ``<data_dir>/ledgers/<log_id:016x>.log``: a 16-byte header then :mod:`bookie.codec` entry records.
+A log rolls at ``max_size_bytes``; a restart always starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from typing import Iterator, Optional, Sequence
+
+from . import codec
+from .index import Location
+from .journal import fsync_dir
+
+log = logging.getLogger("bookie.entrylog")
+
+_SUFFIX = ".log"
+_WRITE_CHUNK_BYTES = 4 * 1024 * 1024
+# Adjacent records are read together up to this many bytes.
+_COALESCE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def log_path(directory: pathlib.Path, log_id: int) -> pathlib.Path:
+    return directory / f"{log_id:016x}{_SUFFIX}"
+
+
+def list_entry_logs(directory: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+    out = []
+    for path in directory.glob(f"*{_SUFFIX}"):
+        try:
+            out.append((int(path.stem, 16), path))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+class EntryLogWriter:
+    """Appends records to the current entry log, rolling by size. Not thread-safe: one owner thread.
+
+    Appends are buffered; :meth:`sync` writes the buffer and fsyncs every file touched since the previous
+    sync, after which the returned locations are durable.
+    """
+
+    def __init__(self, directory: pathlib.Path, *, first_log_id: int, max_size_bytes: int) -> None:
+        self.directory = pathlib.Path(directory)
+        self.max_size_bytes = max_size_bytes
+        self._next_log_id = first_log_id
+        self._fd = -1
+        self._log_id: Optional[int] = None
+        self._size = 0  # bytes of the current file, including the buffer
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._unsynced: list[int] = []  # fds rolled away from but not yet synced (closed after sync)
+
+    @property
+    def current_log_id(self) -> Optional[int]:
+        """The log being appended to (garbage collection must leave it alone), None before the first."""
+        return self._log_id
+
+    def append(self, ledger_id: int, entry_id: int, lac: int, payload: bytes) -> Location:
+        record = codec.encode_entry_record(ledger_id, entry_id, lac, payload)
+        if self._fd < 0 or (self._size + len(record) > self.max_size_bytes and self._size > codec.FILE_HEADER_SIZE):
+            self._roll()
+        offset = self._size
+        self._buffer.append(record)
+        self._buffered += len(record)
+        self._size += len(record)
+        if self._buffered >= _WRITE_CHUNK_BYTES:
+            self._write_buffer()
+        return Location(self._log_id, offset, len(record))
+
+    def sync(self) -> None:
+        """Makes every appended record durable."""
+        if self._fd < 0:
+            return
+        self._write_buffer()
+        for fd in self._unsynced:
+            os.fsync(fd)
+            os.close(fd)
+        self._unsynced.clear()
+        os.fdatasync(self._fd)
+
+    def roll(self) -> None:
+        """Starts a new log at the next append (tests and shutdown use it to seal the current one)."""
+        if self._fd >= 0:
+            self._write_buffer()
+            self._unsynced.append(self._fd)
+            self._fd = -1
+            self._log_id = None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self.sync()
+            os.close(self._fd)
+            self._fd = -1
+        for fd in self._unsynced:
+            os.close(fd)
+        self._unsynced.clear()
+
+    def _roll(self) -> None:
+        if self._fd >= 0:
+            self._write_buffer()
+            self._unsynced.append(self._fd)
+        log_id = self._next_log_id
+        self._next_log_id += 1
+        path = log_path(self.directory, log_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        header = codec.encode_file_header(codec.ENTRY_LOG_MAGIC, log_id)
+        os.write(fd, header)
+        fsync_dir(self.directory)
+        self._fd, self._log_id, self._size = fd, log_id, len(header)
+        log.info("entry log %s opened", path.name)
+
+    def _write_buffer(self) -> None:
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+        self._buffer.clear()
+        self._buffered = 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+
+def read_records(
+    directory: pathlib.Path, ledger_id: int, wanted: Sequence[tuple[int, Location]]
+) -> list[codec.EntryRecord | codec.CorruptRecord]:
+    """Reads the records at ``wanted`` (``(entry_id, location)`` pairs), coalescing adjacent ones.
+
+    Each result is the record, or a CorruptRecord when its CRC/length fails or it holds another entry than
+    the index promised; never unchecked bytes. Raises FileNotFoundError when a log is gone (removed by
+    garbage collection after the caller read the index: re-read the index and retry).
+    """
+    results: list[codec.EntryRecord | codec.CorruptRecord] = []
+    fds: dict[int, int] = {}
+    try:
+        i = 0
+        n = len(wanted)
+        while i < n:
+            start_loc = wanted[i][1]
+            j = i + 1
+            end = start_loc.offset + start_loc.size
+            while j < n:
+                loc = wanted[j][1]
+                if loc.log_id != start_loc.log_id or loc.offset != end or end - start_loc.offset > _COALESCE_MAX_BYTES:
+                    break
+                end += loc.size
+                j += 1
+            fd = fds.get(start_loc.log_id)
+            if fd is None:
+                fd = fds[start_loc.log_id] = os.open(log_path(directory, start_loc.log_id), os.O_RDONLY)
+            data = os.pread(fd, end - start_loc.offset, start_loc.offset)
+            for entry_id, loc in wanted[i:j]:
+                results.append(_decode_at(data, loc.offset - start_loc.offset, loc, ledger_id, entry_id))
+            i = j
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return results
+
+
+def _decode_at(
+    data: bytes, offset: int, loc: Location, ledger_id: int, entry_id: int
+) -> codec.EntryRecord | codec.CorruptRecord:
+    try:
+        record, end = codec.decode_entry_record(data, offset)
+    except codec.CorruptRecord as err:
+        return codec.CorruptRecord(f"entry {ledger_id}:{entry_id} in log {loc.log_id} at {loc.offset}: {err}")
+    if end - offset != loc.size or record.ledger_id != ledger_id or record.entry_id != entry_id:
+        return codec.CorruptRecord(
+            f"entry {ledger_id}:{entry_id}: log {loc.log_id} at {loc.offset} holds "
+            f"{record.ledger_id}:{record.entry_id} ({end - offset} bytes, index says {loc.size})"
+        )
+    return record
+
+
+def iter_log(path: pathlib.Path, start_offset: int = 0) -> Iterator[tuple[int, int, codec.EntryRecord]]:
+    """Yields ``(offset, size, record)`` of a log from ``start_offset`` (0: just after the header).
+
+    Raises CorruptRecord at a bad record (a torn tail left by a crash mid-flush is reported as truncated).
+    """
+    with open(path, "rb", buffering=1024 * 1024) as f:
+        header = f.read(codec.FILE_HEADER_SIZE)
+        codec.decode_file_header(header, codec.ENTRY_LOG_MAGIC)
+        offset = max(start_offset, codec.FILE_HEADER_SIZE)
+        f.seek(offset)
+        while True:
+            item = codec.read_entry_record(f)
+            if item is None:
+                return
+            record, size = item
+            yield offset, size, record
+            offset += size

@@ -1,0 +1,233 @@
+"""The bookie process: configuration, storage, gRPC server, metrics, disk monitor, ZooKeeper registration.
+
+``run(config_path)`` is what ``magnetar bookie --config bookie.toml`` calls. Start-up order matters:
+the gRPC port is bound first (so a ``port = 0`` bookie knows its id), the journal is replayed before the
+server accepts a call, the disk is checked before registering (a full disk registers under readonly/),
+and ``<data_dir>/endpoints.json`` is written last, once everything answers. SIGTERM / SIGINT shut down
+cleanly: new adds are refused UNAVAILABLE, the registration goes, in-flight calls get
+``shutdown_grace_ms``, the journal drains, the write cache is flushed, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import signal
+import sys
+from typing import Optional
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from magnetar.errors import MagnetarError
+from observability import MetricsServer, serve_metrics
+
+from .config import BookieConfig
+from .disk import DiskMonitor
+from .errors import BookieError
+from .metrics import BookieMetrics
+from .registration import Registration
+from .service import BookieService
+from .storage import Storage
+
+log = logging.getLogger("bookie.server")
+
+
+class BookieServer:
+    """One running bookie (in this process). ``await start()``, then ``await close()`` (idempotent)."""
+
+    def __init__(self, config: BookieConfig, *, registry: Optional[CollectorRegistry] = None) -> None:
+        self.config = config
+        self.registry = registry or CollectorRegistry()
+        self.bookie_id = ""
+        self.port = 0
+        self.http_port = 0
+        self.storage: Optional[Storage] = None
+        self.service: Optional[BookieService] = None
+        self.metrics: Optional[BookieMetrics] = None
+        self._server: Optional[grpc.aio.Server] = None
+        self._http: Optional[MetricsServer] = None
+        self._disk: Optional[DiskMonitor] = None
+        self._registration: Optional[Registration] = None
+        self._zk_session = ""
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.advertised_host}:{self.port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.config.advertised_host}:{self.http_port}"
+
+    async def start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
+                ("grpc.max_send_message_length", config.grpc_max_message_bytes),
+                ("grpc.so_reuseport", 0),  # two bookies must never share a port
+            ]
+        )
+        try:
+            self.port = self._server.add_insecure_port(f"{config.bind_host}:{config.port}")
+        except RuntimeError as err:
+            raise BookieError(f"cannot bind gRPC to {config.bind_host}:{config.port}: {err}") from None
+        if not self.port:
+            raise BookieError(f"cannot bind gRPC to {config.bind_host}:{config.port}")
+        self.bookie_id = config.effective_bookie_id(self.port)
+        _set_log_prefix(self.bookie_id)
+        self.metrics = BookieMetrics(self.registry, self.bookie_id)
+        self.storage = Storage(config, observer=self.metrics)
+        await self.storage.start()
+        storage = self.storage
+        self.metrics.bind(
+            queue_depth=lambda: storage.journal.queue_depth,
+            ledgers=lambda: storage.ledger_count,
+            read_only=lambda: 1 if storage.read_only else 0,
+            entry_logs=lambda: storage.entry_log_count,
+            write_cache_bytes=lambda: storage.cached_bytes,
+        )
+        self.service = BookieService(storage, self.metrics, bookie_id=self.bookie_id)
+        self._server.add_generic_rpc_handlers((self.service.handler(),))
+        await self._server.start()
+        log.info("gRPC BookieService listening on %s:%d (advertised %s)", config.bind_host, self.port, self.address)
+        self._http = serve_metrics(self.registry, config.bind_host, config.http_port, health=self._health)
+        self.http_port = self._http.port
+        log.info("metrics on http://%s:%d/metrics", config.bind_host, self.http_port)
+        self._disk = DiskMonitor(
+            config.data_dir, min_bytes=config.disk_free_min_bytes, resume_bytes=config.disk_free_resume_bytes,
+            interval_ms=config.disk_check_interval_ms, on_change=self._on_read_only, on_sample=self._on_disk_sample,
+        )
+        await self._disk.start()
+        if config.zookeeper:
+            self._registration = Registration(
+                config.zookeeper, bookie_id=self.bookie_id, address=self.address, http_address=self.http_address,
+                session_timeout_ms=config.zk_session_timeout_ms, on_session=self._on_zk_session,
+            )
+            await self._registration.start(read_only=self._disk.read_only)
+        else:
+            log.info("zookeeper is empty: running without registration")
+        self._write_endpoints()
+        log.info("bookie %s ready", self.bookie_id)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        log.info("shutting down")
+        if self.service is not None:
+            self.service.closing = True
+        if self._disk is not None:
+            await self._disk.close()
+        if self._registration is not None:
+            await self._registration.close()
+        if self._server is not None:
+            await self._server.stop(self.config.shutdown_grace_ms / 1000)
+        if self.storage is not None:
+            await self.storage.close()
+        if self._http is not None:
+            self._http.close()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    async def __aenter__(self) -> "BookieServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- callbacks -----------------------------------------------------------------------------------------
+
+    async def _on_read_only(self, read_only: bool, reason: str) -> None:
+        self.storage.set_read_only(read_only, reason)
+        if self._registration is not None:
+            await self._registration.set_read_only(read_only)
+
+    def _on_disk_sample(self, free: int, total: int) -> None:
+        self.metrics.disk_free.set(free)
+        self.metrics.disk_total.set(total)
+
+    def _on_zk_session(self, session: str) -> None:
+        self._zk_session = session
+        if self.port:
+            self._write_endpoints()
+
+    def _health(self) -> tuple[bool, str]:
+        if self.storage is None or self.storage.journal.failed is not None:
+            return False, "journal failed" if self.storage else "starting"
+        return True, "read-only" if self.storage.read_only else "ok"
+
+    def _write_endpoints(self) -> None:
+        data = {
+            "bookie_id": self.bookie_id,
+            "grpc": self.address,
+            "http": self.http_address,
+            "pid": os.getpid(),
+            "zk_session": self._zk_session,
+        }
+        path = self.config.endpoints_path
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+# -- process -----------------------------------------------------------------------------------------------
+
+
+class _PrefixFilter(logging.Filter):
+    prefix = "-"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.bookie = self.prefix
+        return True
+
+
+_FILTER = _PrefixFilter()
+
+
+def _set_log_prefix(bookie_id: str) -> None:
+    _FILTER.prefix = bookie_id
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_FILTER)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(bookie)s] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    logging.getLogger("config_store.kazoo").setLevel(logging.WARNING)
+
+
+async def serve(config: BookieConfig) -> None:
+    """Runs a bookie until SIGTERM or SIGINT, then shuts it down cleanly."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = BookieServer(config)
+    try:
+        await server.start()
+        await stop.wait()
+        log.info("signal received")
+    finally:
+        await server.close()
+
+
+def run(config_path: pathlib.Path) -> None:
+    """Entry point of ``magnetar bookie --config FILE``."""
+    config = BookieConfig.load(config_path)
+    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
+    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
+    try:
+        asyncio.run(serve(config))
+    except MagnetarError:
+        raise
+    except KeyboardInterrupt:
+        pass

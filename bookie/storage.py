@@ -1,0 +1,813 @@
+"""Ledger storage of one bookie: journal + write cache + entry logs + LMDB index, and what it guarantees.
+
+Theory of operation (the shape of BookKeeper's DbLedgerStorage):
+
+* **Add.** On the event loop an AddRequest is validated once, its entries go into the *active* write cache
+  (``ledger -> {entry -> (lac, payload)}``) and the request bytes become one journal record; the add is
+  acknowledged when the journal's group fsync covering the record completes. Entries are cached *before*
+  they are durable (as in BookKeeper), which is what lets a duplicate or conflicting add arriving while the
+  first is still in flight be recognised; readers are protected by the writer's LAC, not by this.
+* **Flush.** A flush (every ``flush_interval_ms``, or when the active cache holds half of
+  ``write_cache_max_bytes``) swaps the active cache for an empty one on the event loop and notes the
+  journal position written so far: every record before it was queued after its entries were cached, so
+  the swapped-out cache covers it. The storage thread then appends the entries, sorted by (ledger, entry),
+  to the current entry log, fsyncs, and commits one LMDB transaction with their locations, the dirty
+  ledger states, deletions and that position as the new *checkpoint*; journal files before it are
+  deleted. Until the commit, reads still find the entries in the *flushing* cache.
+* **Read.** Caches first (on the loop), then the index and entry logs in the read pool; every record's
+  CRC is checked, a bad one is answered INTERNAL, never returned as data.
+* **Restart.** The journal is replayed from the checkpoint into the write cache (entries the index
+  already holds are skipped, a torn tail is cut) before the bookie serves.
+* **Delete / GC.** A delete is journaled, drops the ledger from the cache, and becomes a tombstone plus
+  index-range deletion at the next flush; :mod:`bookie.gc` reclaims the entry-log space later.
+
+Threads: the event loop owns every in-memory structure; one storage thread runs flushes and GC steps
+(so they never race each other); a small pool serves entry-log reads; the journal has its own writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import logging
+import time
+from collections import defaultdict
+from typing import AsyncIterator, Awaitable, NamedTuple, Optional, Sequence
+
+from magnetar.proto import bookie_pb2
+
+from . import codec
+from .config import BookieConfig
+from .entrylog import EntryLogWriter, list_entry_logs, read_records
+from .gc import Action, GarbageCollector
+from .index import FlushBatch, Index, LedgerRecord, encode_location, entry_key
+from .journal import Journal, JournalClosedError, JournalObserver, Position, ReplayedRecord
+
+log = logging.getLogger("bookie.storage")
+
+S = bookie_pb2.Status
+OK, INVALID, FENCED, READ_ONLY = S.OK, S.INVALID_ARGUMENT, S.FENCED, S.READ_ONLY
+NO_SUCH_ENTRY, NO_SUCH_LEDGER, CONFLICT, TOO_LARGE = S.NO_SUCH_ENTRY, S.NO_SUCH_LEDGER, S.ENTRY_CONFLICT, S.TOO_LARGE
+INTERNAL, UNAVAILABLE, PARTIAL = S.INTERNAL, S.UNAVAILABLE, S.PARTIAL
+
+MAX_ID = (1 << 63) - 1
+READ_CHUNK_BYTES = 1024 * 1024
+READ_CHUNK_ENTRIES = 8192
+_DISK_RUN_MAX = 512
+
+# (status, message, per-entry statuses or None)
+AddAnswer = tuple[int, str, Optional[list[int]]]
+OK_ANSWER: AddAnswer = (OK, "", None)
+
+
+class StorageState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class LedgerState:
+    """What the bookie knows of one ledger (mutated on the event loop only)."""
+
+    __slots__ = ("fenced", "deleted", "lac", "last_entry_id")
+
+    def __init__(self, fenced: bool = False, deleted: bool = False, lac: int = -1, last_entry_id: int = -1):
+        self.fenced = fenced
+        self.deleted = deleted
+        self.lac = lac
+        self.last_entry_id = last_entry_id
+
+    def record(self) -> LedgerRecord:
+        return LedgerRecord(self.fenced, self.deleted, self.lac, self.last_entry_id)
+
+
+class LacInfo(NamedTuple):
+    last_add_confirmed: int
+    last_entry_id: int
+    fenced: bool
+    known: bool
+
+
+class ReadResult(NamedTuple):
+    entry_id: int
+    status: int
+    last_add_confirmed: int
+    payload: bytes
+
+
+class AddTicket:
+    """The outcome of :meth:`Storage.add`: an immediate ``answer``, or a ``waiter`` to await.
+
+    Awaiting ``waiter`` gives None (every entry stored and durable: OK) or an :data:`AddAnswer`; it raises
+    OSError on a journal failure and JournalClosedError while closing.
+    """
+
+    __slots__ = ("answer", "waiter", "entries", "nbytes")
+
+    def __init__(self, answer: Optional[AddAnswer] = None, waiter: Optional[Awaitable] = None, entries: int = 0,
+                 nbytes: int = 0) -> None:
+        self.answer = answer
+        self.waiter = waiter
+        self.entries = entries
+        self.nbytes = nbytes
+
+
+class StorageObserver(JournalObserver):
+    """Metrics hooks (no-ops here). ``on_sync`` runs on the journal thread, the others on the loop."""
+
+    def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
+        pass
+
+    def on_gc_reclaimed(self, nbytes: int) -> None:
+        pass
+
+    def on_corrupt_read(self) -> None:
+        pass
+
+
+class Storage:
+    """A bookie's durable state. ``await start()`` replays the journal; ``await close()`` drains and flushes."""
+
+    def __init__(self, config: BookieConfig, *, observer: Optional[StorageObserver] = None) -> None:
+        self.config = config
+        self.observer = observer or StorageObserver()
+        self.ledgers_dir = config.ledgers_dir
+        self.ledgers_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(
+            config.journal_dir, max_file_size_bytes=config.journal_max_size_bytes, sync=config.journal_sync,
+            observer=self.observer,
+        )
+        self.index = Index(self.ledgers_dir / "index")
+        self.state = StorageState.NEW
+        self.read_only = False
+        self.read_only_reason = ""
+        self._entry_max = config.entry_max_size_bytes
+        self._cache_max = config.write_cache_max_bytes
+        self._flush_trigger = max(1, config.write_cache_max_bytes // 2)
+        self._ledgers: dict[int, LedgerState] = {}
+        self._live_ledgers = 0
+        self._active: dict[int, dict[int, tuple[int, bytes]]] = {}
+        self._active_bytes = 0
+        self._flushing: dict[int, dict[int, tuple[int, bytes]]] = {}
+        self._flushing_bytes = 0
+        self._dirty: set[int] = set()
+        self._pending_deletes: list[int] = []
+        self._committed_deleted: set[int] = set()  # storage thread only
+        self._storage_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
+        self._read_pool = concurrent.futures.ThreadPoolExecutor(config.read_threads, thread_name_prefix="bookie-read")
+        self._writer: Optional[EntryLogWriter] = None
+        self._gc: Optional[GarbageCollector] = None
+        self._flush_lock: Optional[asyncio.Lock] = None
+        self._flush_wanted: Optional[asyncio.Event] = None
+        self._room: Optional[asyncio.Event] = None
+        self._tasks: list[asyncio.Task] = []
+        self.entry_log_count = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Loads the index, replays the journal from the checkpoint, starts the journal and background work."""
+        if self.state is not StorageState.NEW:
+            return
+        loop = asyncio.get_running_loop()
+        self._flush_lock = asyncio.Lock()
+        self._flush_wanted = asyncio.Event()
+        self._room = asyncio.Event()
+        await loop.run_in_executor(self._storage_pool, self._open_sync)
+        self.journal.start(loop)
+        self.state = StorageState.OPEN
+        self._tasks = [
+            asyncio.create_task(self._flush_loop(), name="bookie-flush"),
+            asyncio.create_task(self._gc_loop(), name="bookie-gc"),
+        ]
+
+    def _open_sync(self) -> None:
+        for ledger_id, rec in self.index.load_ledgers().items():
+            self._ledgers[ledger_id] = LedgerState(rec.fenced, rec.deleted, rec.last_add_confirmed, rec.last_entry_id)
+            if rec.deleted:
+                self._committed_deleted.add(ledger_id)
+            else:
+                self._live_ledgers += 1
+        usage = self.index.load_log_usage()
+        logs = list_entry_logs(self.ledgers_dir)
+        for log_id, path in logs:
+            if log_id not in usage:  # created by a flush that never committed: nothing points into it
+                log.info("removing unreferenced entry log %s", path.name)
+                path.unlink()
+        first_log_id = max([log_id for log_id, _ in logs] + list(usage) + [0]) + 1
+        self._writer = EntryLogWriter(
+            self.ledgers_dir, first_log_id=first_log_id, max_size_bytes=self.config.entry_log_max_size_bytes
+        )
+        self._gc = GarbageCollector(
+            directory=self.ledgers_dir, index=self.index, writer=self._writer, deleted=self._committed_deleted,
+            compaction_live_ratio=self.config.gc_compaction_live_ratio,
+        )
+        checkpoint = self.index.checkpoint()
+        started = time.monotonic()
+        count = 0
+        for record in self.journal.replay(checkpoint):
+            self._apply_replayed(record)
+            count += 1
+            if self._active_bytes >= self._flush_trigger:
+                self._flush_replayed(record.end)
+        self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
+        log.info(
+            "storage open: %d ledgers, %d journal records replayed from %s in %.2f s, %d bytes cached",
+            self._live_ledgers, count, checkpoint, time.monotonic() - started, self._active_bytes,
+        )
+
+    async def close(self) -> None:
+        """Stops background work, drains the journal, flushes everything (checkpoint at the end). Idempotent."""
+        if self.state in (StorageState.CLOSING, StorageState.CLOSED):
+            return
+        if self.state is StorageState.NEW:
+            self.state = StorageState.CLOSED
+            self.index.close()
+            return
+        self.state = StorageState.CLOSING
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.journal.close()
+        try:
+            await self.flush()
+        finally:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._storage_pool, self._writer.close)
+            self._storage_pool.shutdown(wait=True)
+            self._read_pool.shutdown(wait=True)
+            self.index.close()
+            self.state = StorageState.CLOSED
+            log.info("storage closed")
+
+    async def __aenter__(self) -> "Storage":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- state ---------------------------------------------------------------------------------------------
+
+    @property
+    def ledger_count(self) -> int:
+        return self._live_ledgers
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._active_bytes + self._flushing_bytes
+
+    def set_read_only(self, read_only: bool, reason: str = "") -> None:
+        self.read_only = read_only
+        self.read_only_reason = reason
+
+    def _new_ledger(self, ledger_id: int) -> LedgerState:
+        state = self._ledgers[ledger_id] = LedgerState()
+        self._live_ledgers += 1
+        return state
+
+    # -- adds ----------------------------------------------------------------------------------------------
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: waits while the write cache (active + flushing) is full."""
+        while self._active_bytes and self._active_bytes + self._flushing_bytes >= self._cache_max:
+            self._flush_wanted.set()
+            self._room.clear()
+            await self._room.wait()
+
+    def add(self, request: bookie_pb2.AddRequest, raw: bytes) -> AddTicket:
+        """Accepts an AddRequest (``raw``: its serialized bytes, journaled as they are when possible)."""
+        if self.state is not StorageState.OPEN:
+            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
+        entries = request.entries
+        n = len(entries)
+        if n == 0:
+            return AddTicket(OK_ANSWER)
+        max_size = self._entry_max
+        lids: list[int] = []
+        eids: list[int] = []
+        vals: list[tuple[int, bytes]] = []
+        nbytes = 0
+        max_lac = -1
+        prev_lid = -1
+        prev_eid = -1
+        lasts: dict[int, int] = {}
+        for e in entries:
+            lid = e.ledger_id
+            eid = e.entry_id
+            payload = e.payload
+            size = len(payload)
+            if size > max_size:
+                return AddTicket((TOO_LARGE, f"entry {lid}:{eid} has {size} bytes, more than the bookie's "
+                                             f"entry_max_size_bytes={max_size}", None))
+            if lid == prev_lid:
+                if eid <= prev_eid:
+                    return AddTicket(_not_ascending(lid, prev_eid, eid))
+            else:
+                if prev_lid >= 0:
+                    lasts[prev_lid] = prev_eid
+                last = lasts.get(lid)
+                if last is not None and eid <= last:
+                    return AddTicket(_not_ascending(lid, last, eid))
+                prev_lid = lid
+            if eid > MAX_ID:
+                return AddTicket((INVALID, f"entry id {eid} of ledger {lid} is out of range", None))
+            prev_eid = eid
+            lac = e.last_add_confirmed
+            if lac > max_lac:
+                max_lac = lac
+            nbytes += size
+            lids.append(lid)
+            eids.append(eid)
+            vals.append((lac, payload))
+        if self.read_only:
+            return AddTicket((READ_ONLY, self.read_only_reason or "the bookie is read-only", None))
+        if not lasts:
+            ticket = self._add_fast(request, raw, lids[0], eids, vals, max_lac, nbytes)
+            if ticket is not None:
+                return ticket
+        return self._add_general(request, raw, lids, eids, vals, nbytes)
+
+    def _add_fast(self, request, raw, lid, eids, vals, max_lac, nbytes) -> Optional[AddTicket]:
+        """One ledger, every entry new (the common case): one dict update, the raw bytes journaled."""
+        state = self._ledgers.get(lid)
+        if state is None:
+            state = self._new_ledger(lid)
+        elif state.deleted or (state.fenced and not request.recovery) or eids[0] <= state.last_entry_id:
+            return None
+        cache = self._active.get(lid)
+        if cache is None:
+            cache = self._active[lid] = {}
+        cache.update(zip(eids, vals))
+        state.last_entry_id = eids[-1]
+        if max_lac > state.lac:
+            state.lac = max_lac
+        self._dirty.add(lid)
+        self._account(nbytes)
+        try:
+            waiter = self.journal.append(codec.RecordType.ADD, raw, len(eids))
+        except JournalClosedError:
+            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
+        return AddTicket(None, waiter, len(eids), nbytes)
+
+    def _add_general(self, request, raw, lids, eids, vals, nbytes) -> AddTicket:
+        n = len(lids)
+        statuses = [OK] * n
+        keep: list[int] = []  # journaled: newly stored, or already cached with the same bytes
+        verify: list[tuple[int, int, int, bytes]] = []  # found in entry logs: compare bytes off the loop
+        recovery = request.recovery
+        ledgers, active, flushing, index = self._ledgers, self._active, self._flushing, self.index
+        cur = -1
+        state = None
+        ledger_status = OK
+        a_l = f_l = None
+        stored_bytes = 0
+        for i in range(n):
+            lid = lids[i]
+            if lid != cur:
+                cur = lid
+                state = ledgers.get(lid)
+                if state is None:
+                    state = self._new_ledger(lid)
+                if state.deleted:
+                    ledger_status = NO_SUCH_LEDGER
+                elif state.fenced and not recovery:
+                    ledger_status = FENCED
+                else:
+                    ledger_status = OK
+                    self._dirty.add(lid)
+                a_l = active.get(lid)
+                f_l = flushing.get(lid)
+            if ledger_status:
+                statuses[i] = ledger_status
+                continue
+            eid = eids[i]
+            val = vals[i]
+            if eid <= state.last_entry_id:
+                existing = a_l.get(eid) if a_l is not None else None
+                if existing is None and f_l is not None:
+                    existing = f_l.get(eid)
+                if existing is not None:
+                    if existing[1] == val[1]:
+                        keep.append(i)
+                    else:
+                        statuses[i] = CONFLICT
+                    continue
+                if index.get(lid, eid) is not None:
+                    verify.append((i, lid, eid, val[1]))
+                    continue
+            if a_l is None:
+                a_l = active[lid] = {}
+            a_l[eid] = val
+            stored_bytes += len(val[1])
+            if eid > state.last_entry_id:
+                state.last_entry_id = eid
+            if val[0] > state.lac:
+                state.lac = val[0]
+            keep.append(i)
+        self._account(stored_bytes)
+        journaled = None
+        try:
+            if len(keep) == n:
+                journaled = self.journal.append(codec.RecordType.ADD, raw, n)
+            elif keep:
+                entries = request.entries
+                subset = bookie_pb2.AddRequest(entries=[entries[i] for i in keep])
+                journaled = self.journal.append(codec.RecordType.ADD, subset.SerializeToString(), len(keep))
+        except JournalClosedError:
+            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
+        if not verify:
+            answer = _summarize(statuses, lids, eids)
+            if journaled is None:
+                return AddTicket(answer, None, n, nbytes)
+            return AddTicket(None, _then(journaled, answer), n, nbytes)
+        return AddTicket(None, asyncio.ensure_future(self._verify(journaled, statuses, verify, lids, eids)), n, nbytes)
+
+    async def _verify(self, journaled, statuses, verify, lids, eids) -> AddAnswer:
+        """Re-adds of entries already in entry logs: OK with identical bytes, ENTRY_CONFLICT otherwise."""
+        if journaled is not None:
+            await journaled
+        for i, lid, eid, payload in verify:
+            stored = await self._read_from_logs(lid, [eid], 0)
+            result = stored[0]
+            if result.status == OK:
+                statuses[i] = OK if result.payload == payload else CONFLICT
+            else:
+                statuses[i] = result.status if result.status == INTERNAL else NO_SUCH_ENTRY
+        return _summarize(statuses, lids, eids)
+
+    def _account(self, nbytes: int) -> None:
+        self._active_bytes += nbytes
+        if self._active_bytes >= self._flush_trigger:
+            self._flush_wanted.set()
+
+    # -- fence, delete, LAC --------------------------------------------------------------------------------
+
+    def _lac_info(self, ledger_id: int, known: Optional[bool] = None) -> LacInfo:
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.deleted:
+            return LacInfo(-1, -1, bool(state and state.fenced), bool(known))
+        return LacInfo(state.lac, state.last_entry_id, state.fenced, True if known is None else known)
+
+    def read_lac(self, ledger_id: int) -> LacInfo:
+        return self._lac_info(ledger_id)
+
+    async def fence(self, ledger_id: int) -> LacInfo:
+        """Fences the ledger durably (a journal record synced) and answers like :meth:`read_lac`.
+
+        ``known`` says whether the bookie knew the ledger *before* this fence; fencing an unknown ledger
+        still records it (so that a late normal add is refused).
+        """
+        self._check_open()
+        state = self._ledgers.get(ledger_id)
+        known = state is not None and not state.deleted
+        if state is None:
+            state = self._new_ledger(ledger_id)
+        if state.deleted or state.fenced:
+            await self.journal.barrier()  # a concurrent fence may not be durable yet
+        else:
+            state.fenced = True
+            self._dirty.add(ledger_id)
+            await self.journal.append(codec.RecordType.FENCE, codec.encode_ledger_id(ledger_id))
+        return self._lac_info(ledger_id, known)
+
+    async def delete_ledger(self, ledger_id: int) -> bool:
+        """Forgets the ledger (durably); True when it existed. Space comes back with garbage collection."""
+        self._check_open()
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            return False
+        if state.deleted:
+            await self.journal.barrier()
+            return False
+        self._apply_delete(ledger_id)
+        await self.journal.append(codec.RecordType.DELETE, codec.encode_ledger_id(ledger_id))
+        return True
+
+    def _apply_delete(self, ledger_id: int) -> None:
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            state = self._new_ledger(ledger_id)
+        if state.deleted:
+            return
+        state.deleted = True
+        self._live_ledgers -= 1
+        self._dirty.add(ledger_id)
+        self._pending_deletes.append(ledger_id)
+        cached = self._active.pop(ledger_id, None)
+        if cached:
+            self._active_bytes -= sum(len(v[1]) for v in cached.values())
+
+    def _check_open(self) -> None:
+        if self.state is not StorageState.OPEN:
+            raise JournalClosedError("the bookie is shutting down")
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    async def read_entries(self, ledger_id: int, entry_ids: Sequence[int]) -> AsyncIterator[list[ReadResult]]:
+        """Yields the requested entries in order, in chunks of about 1 MiB (each at least one entry).
+
+        Entries this bookie does not hold come back NO_SUCH_ENTRY; a record failing its check INTERNAL.
+        """
+        n = len(entry_ids)
+        i = 0
+        while i < n:
+            out: list[ReadResult] = []
+            size = 0
+            while i < n and size < READ_CHUNK_BYTES and len(out) < READ_CHUNK_ENTRIES:
+                state = self._ledgers.get(ledger_id)
+                eid = entry_ids[i]
+                if state is None or state.deleted or eid > state.last_entry_id:
+                    out.append(ReadResult(eid, NO_SUCH_ENTRY, -1, b""))
+                    i += 1
+                    continue
+                hit = self._cached(ledger_id, eid)
+                if hit is not None:
+                    out.append(ReadResult(eid, OK, hit[0], hit[1]))
+                    size += len(hit[1])
+                    i += 1
+                    continue
+                run = [eid]
+                j = i + 1
+                while j < n and len(run) < _DISK_RUN_MAX:
+                    nxt = entry_ids[j]
+                    if nxt > state.last_entry_id or self._cached(ledger_id, nxt) is not None:
+                        break
+                    run.append(nxt)
+                    j += 1
+                results = await self._read_from_logs(ledger_id, run, READ_CHUNK_BYTES - size)
+                out.extend(results)
+                size += sum(len(r.payload) for r in results)
+                i += len(results)
+            yield out
+
+    def _cached(self, ledger_id: int, entry_id: int) -> Optional[tuple[int, bytes]]:
+        a_l = self._active.get(ledger_id)
+        if a_l is not None:
+            hit = a_l.get(entry_id)
+            if hit is not None:
+                return hit
+        f_l = self._flushing.get(ledger_id)
+        if f_l is not None:
+            return f_l.get(entry_id)
+        return None
+
+    async def _read_from_logs(self, ledger_id: int, entry_ids: list[int], budget_bytes: int) -> list[ReadResult]:
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(self._read_pool, self._read_sync, ledger_id, entry_ids, budget_bytes)
+        if any(r.status == INTERNAL for r in results):
+            self.observer.on_corrupt_read()
+        return results
+
+    def _read_sync(self, ledger_id: int, entry_ids: list[int], budget_bytes: int) -> list[ReadResult]:
+        """Index lookups and entry-log reads of a prefix of ``entry_ids`` fitting ``budget_bytes`` (>= 1)."""
+        for attempt in range(5):
+            locations = self.index.get_many(ledger_id, entry_ids)
+            take = 0
+            total = 0
+            for loc in locations:
+                if take and loc is not None and total + loc.size > budget_bytes:
+                    break
+                take += 1
+                if loc is not None:
+                    total += loc.size
+            wanted = [(eid, loc) for eid, loc in zip(entry_ids[:take], locations[:take]) if loc is not None]
+            try:
+                records = iter(read_records(self.ledgers_dir, ledger_id, wanted))
+            except FileNotFoundError:
+                continue  # garbage collection moved them meanwhile: look again
+            out = []
+            for eid, loc in zip(entry_ids[:take], locations[:take]):
+                if loc is None:
+                    out.append(ReadResult(eid, NO_SUCH_ENTRY, -1, b""))
+                    continue
+                record = next(records)
+                if isinstance(record, codec.CorruptRecord):
+                    log.error("read of ledger %d: %s", ledger_id, record)
+                    out.append(ReadResult(eid, INTERNAL, -1, b""))
+                else:
+                    out.append(ReadResult(eid, OK, record.last_add_confirmed, record.payload))
+            return out
+        raise OSError(f"entry logs of ledger {ledger_id} kept vanishing under the read")
+
+    # -- flush ---------------------------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000
+        while True:
+            try:
+                await asyncio.wait_for(self._flush_wanted.wait(), interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._flush_wanted.clear()
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("flush failed; the cache is kept and the flush will be retried")
+                await asyncio.sleep(interval_s)
+
+    async def flush(self) -> None:
+        """Flushes the write cache to entry logs + index and advances the checkpoint (no-op when clean)."""
+        async with self._flush_lock:
+            if not self._active and not self._dirty and not self._pending_deletes:
+                return
+            snapshot, nbytes = self._active, self._active_bytes
+            self._flushing, self._flushing_bytes = snapshot, nbytes
+            self._active, self._active_bytes = {}, 0
+            checkpoint = self.journal.written_position
+            states = {lid: self._ledgers[lid].record() for lid in self._dirty}
+            deletes = self._pending_deletes
+            self._dirty, self._pending_deletes = set(), []
+            loop = asyncio.get_running_loop()
+            started = time.perf_counter()
+            job = loop.run_in_executor(self._storage_pool, self._flush_sync, snapshot, states, deletes, checkpoint)
+            try:
+                entries = await asyncio.shield(job)
+            except asyncio.CancelledError:
+                await asyncio.wait([job])  # never leave the storage thread writing a snapshot we dropped
+                self._finish_flush(job, snapshot, states, deletes)
+                raise
+            except BaseException:
+                self._finish_flush(job, snapshot, states, deletes)
+                raise
+            self._finish_flush(job, snapshot, states, deletes)
+            self.observer.on_flush(entries, nbytes, time.perf_counter() - started)
+
+    def _finish_flush(self, job, snapshot, states, deletes) -> None:
+        self._flushing, self._flushing_bytes = {}, 0
+        if job.cancelled() or job.exception() is not None:
+            # Put everything back so that nothing is lost and the next flush retries it.
+            for lid, entries in snapshot.items():
+                state = self._ledgers.get(lid)
+                if state is None or state.deleted:
+                    continue
+                merged = self._active.setdefault(lid, {})
+                for eid, val in entries.items():
+                    if eid not in merged:
+                        merged[eid] = val
+                        self._active_bytes += len(val[1])
+            self._dirty.update(states)
+            self._pending_deletes[:0] = deletes
+        self._room.set()
+
+    def _flush_sync(
+        self,
+        snapshot: dict[int, dict[int, tuple[int, bytes]]],
+        states: dict[int, LedgerRecord],
+        deletes: list[int],
+        checkpoint: Optional[Position],
+    ) -> int:
+        deleted_now = set(deletes)
+        locations: list[tuple[bytes, bytes]] = []
+        usage: dict[int, dict[int, int]] = defaultdict(dict)
+        append = self._writer.append
+        count = 0
+        for lid in sorted(snapshot):
+            if lid in deleted_now:
+                continue
+            entries = snapshot[lid]
+            per_log_bytes: dict[int, int] = defaultdict(int)
+            for eid in sorted(entries):
+                lac, payload = entries[eid]
+                loc = append(lid, eid, lac, payload)
+                locations.append((entry_key(lid, eid), encode_location(*loc)))
+                per_log_bytes[loc.log_id] += loc.size
+            count += len(entries)
+            for log_id, nbytes in per_log_bytes.items():
+                usage[log_id][lid] = nbytes
+        self._writer.sync()
+        self.index.commit_flush(FlushBatch(locations, states, deletes, dict(usage), checkpoint))
+        self._committed_deleted.update(deletes)
+        if checkpoint is not None:
+            removed = self.journal.reclaim(checkpoint)
+            if removed:
+                log.info("checkpoint %s: %d journal files removed", checkpoint, removed)
+        self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
+        return count
+
+    # -- replay --------------------------------------------------------------------------------------------
+
+    def _apply_replayed(self, record: ReplayedRecord) -> None:
+        kind = record.record_type
+        if kind == codec.RecordType.ADD:
+            try:
+                request = bookie_pb2.AddRequest.FromString(record.body)
+            except Exception as err:  # CRC passed, so this is a bug, not a disk fault: say so loudly
+                log.error("journal ADD record at %s does not parse (%s); skipped", record.end, err)
+                return
+            for e in request.entries:
+                lid, eid = e.ledger_id, e.entry_id
+                state = self._ledgers.get(lid)
+                if state is None:
+                    state = self._new_ledger(lid)
+                if state.deleted:
+                    continue
+                if self._cached(lid, eid) is not None:
+                    continue
+                if eid <= state.last_entry_id and self.index.get(lid, eid) is not None:
+                    continue
+                payload = e.payload
+                self._active.setdefault(lid, {})[eid] = (e.last_add_confirmed, payload)
+                self._active_bytes += len(payload)
+                state.last_entry_id = max(state.last_entry_id, eid)
+                state.lac = max(state.lac, e.last_add_confirmed)
+                self._dirty.add(lid)
+        elif kind == codec.RecordType.FENCE:
+            lid = codec.decode_ledger_id(record.body)
+            state = self._ledgers.get(lid) or self._new_ledger(lid)
+            if not state.fenced:
+                state.fenced = True
+                self._dirty.add(lid)
+        elif kind == codec.RecordType.DELETE:
+            self._apply_delete(codec.decode_ledger_id(record.body))
+        else:
+            log.error("journal record of unknown type %d at %s; skipped", kind, record.end)
+
+    def _flush_replayed(self, checkpoint: Position) -> None:
+        """A flush during replay (storage thread, nothing else running): bounds memory on a long journal."""
+        snapshot, self._active, self._active_bytes = self._active, {}, 0
+        states = {lid: self._ledgers[lid].record() for lid in self._dirty}
+        deletes, self._dirty, self._pending_deletes = self._pending_deletes, set(), []
+        self._flush_sync(snapshot, states, deletes, checkpoint)
+
+    # -- garbage collection ------------------------------------------------------------------------------
+
+    async def _gc_loop(self) -> None:
+        interval_s = self.config.gc_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.collect_garbage()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("entry-log garbage collection failed; will retry")
+
+    async def collect_garbage(self) -> int:
+        """One GC pass (removals and compactions, in short storage-thread steps); returns bytes reclaimed."""
+        loop = asyncio.get_running_loop()
+        pool = self._storage_pool
+        steps = await loop.run_in_executor(pool, self._gc.plan)
+        reclaimed = 0
+        for step in steps:
+            if self.state is not StorageState.OPEN:
+                break
+            if step.action is Action.REMOVE:
+                freed = await loop.run_in_executor(pool, self._gc.remove, step.log_id)
+            else:
+                log.info("compacting entry log %d: %d of %d bytes live", step.log_id, step.live_bytes, step.total_bytes)
+                freed = 0
+                offset: Optional[int] = 0
+                while offset is not None and self.state is StorageState.OPEN:
+                    offset, delta = await loop.run_in_executor(pool, self._gc.compact_chunk, step.log_id, offset)
+                    freed += delta
+            if freed > 0:
+                reclaimed += freed
+                self.observer.on_gc_reclaimed(freed)
+        if steps:
+            self.entry_log_count = await loop.run_in_executor(pool, lambda: len(list_entry_logs(self.ledgers_dir)))
+        return reclaimed
+
+    async def roll_entry_log(self) -> None:
+        """Seals the current entry log (the next flush opens a new one); tests use it to make logs GC-able."""
+        async with self._flush_lock:
+            await asyncio.get_running_loop().run_in_executor(self._storage_pool, self._writer.roll)
+
+
+async def _then(waiter: Awaitable, answer: AddAnswer) -> AddAnswer:
+    await waiter
+    return answer
+
+
+def _not_ascending(ledger_id: int, before: int, after: int) -> AddAnswer:
+    return (
+        INVALID,
+        f"entry ids of ledger {ledger_id} must be strictly ascending within a request: {after} follows {before}; "
+        f"nothing of the request was stored",
+        None,
+    )
+
+
+_EXPLAIN = {
+    FENCED: "ledger {lid} is fenced (a recovery took it over)",
+    NO_SUCH_LEDGER: "ledger {lid} was deleted on this bookie",
+    CONFLICT: "entry {lid}:{eid} is already stored with other bytes",
+    NO_SUCH_ENTRY: "entry {lid}:{eid} vanished while being compared",
+    INTERNAL: "entry {lid}:{eid} could not be read back for comparison",
+}
+
+
+def _summarize(statuses: list[int], lids: list[int], eids: list[int]) -> AddAnswer:
+    first_bad = next((i for i, s in enumerate(statuses) if s != OK), None)
+    if first_bad is None:
+        return OK_ANSWER
+    status = statuses[first_bad]
+    message = _EXPLAIN.get(status, "entry {lid}:{eid} refused").format(lid=lids[first_bad], eid=eids[first_bad])
+    if all(s == status for s in statuses):
+        return (status, message, None)
+    return (PARTIAL, f"entries had different outcomes; first refusal: {message}", list(statuses))
+

@@ -1,0 +1,313 @@
+"""Process kinds: for each kind of server, which instances a topology asks for and how to run one.
+
+A :class:`ProcessKind` knows four things about its servers and nothing about supervising them: which
+:class:`Instance` s a topology names (with the ports each needs), the command line that runs one (writing
+its config file first), its health check, and the endpoints it publishes in ``topology.json``. The
+supervisor does the rest (ports, process groups, logs, waiting, stopping) the same way for every kind, so
+a new kind (broker, proxy) is one subclass here plus its settings in ``clusters.topology``.
+
+Kinds start by ``tier``: every instance of a lower tier is healthy before any of a higher tier starts, and
+stopping goes in reverse. An instance finds what it depends on through the :class:`Plan`, where every
+port is already fixed before anything starts (a bookie's config names its region's ZooKeeper before that
+ZooKeeper runs).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import pathlib
+import sys
+import urllib.request
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+from magnetar import zookeeper as zk
+from magnetar.errors import ConfigError
+from magnetar.net import free_port
+
+from .topology import BookiesSettings, Topology, ZooKeeperSettings
+
+GLOBAL = None  # the region of deployment-wide processes (the global ZooKeeper)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One process a topology names.
+
+    Attributes:
+        name: unique in the deployment; its log is ``logs/<name>.log``, its data ``<data-dir>/<name>/``.
+        kind: the :class:`ProcessKind` name.
+        region: its region, or None for deployment-wide processes.
+        slot: its key in ``topology.json`` (inside ``regions.<region>``, or top-level when region is None).
+        many: whether the slot holds a list (bookies) or one object (a ZooKeeper).
+        index: 1-based position within its slot.
+        host: the address it binds and advertises.
+        ports: port name -> port; 0 means "not chosen yet" (the supervisor picks and remembers one).
+        settings: the topology table it came from.
+    """
+
+    name: str
+    kind: str
+    region: Optional[str]
+    slot: str
+    many: bool
+    index: int
+    host: str
+    ports: Mapping[str, int]
+    settings: Any
+
+
+class ProcessKind(abc.ABC):
+    """How to run one kind of server. Subclasses are stateless; one object per kind lives in :data:`KINDS`."""
+
+    name: ClassVar[str]
+    tier: ClassVar[int]
+    shown: ClassVar[tuple[str, ...]]  # endpoint keys worth a column in `magnetar status`
+
+    @abc.abstractmethod
+    def instances(self, topology: Topology) -> list[Instance]:
+        """The instances of this kind the topology names, with fixed ports or 0."""
+
+    @abc.abstractmethod
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        """The command that runs ``inst`` in the foreground; writes its config files first."""
+
+    @abc.abstractmethod
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        """True once ``inst`` serves; must answer within a couple of seconds and never raise."""
+
+    @abc.abstractmethod
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        """What clients of ``inst`` need to reach it (addresses, URLs), for ``topology.json``."""
+
+
+def magnetar_command(*args: str) -> list[str]:
+    """``python -m magnetar ARGS`` with this interpreter (the venv the supervisor runs in)."""
+    return [sys.executable, "-m", "magnetar", *args]
+
+
+class ZooKeeperKind(ProcessKind):
+    """A standalone ZooKeeper: each region's local metadata store, and the global configuration store."""
+
+    name = "zookeeper"
+    tier = 0
+    shown = ("connect",)
+
+    def instances(self, topology: Topology) -> list[Instance]:
+        found = []
+        if topology.global_zookeeper is not None:
+            found.append(self._instance("global-zookeeper", GLOBAL, "global_zookeeper", topology.global_zookeeper))
+        for region in topology.regions:
+            found.append(self._instance(f"{region.name}-zookeeper", region.name, "zookeeper", region.zookeeper))
+        return found
+
+    def _instance(self, name: str, region: Optional[str], slot: str, settings: ZooKeeperSettings) -> Instance:
+        return Instance(
+            name=name, kind=self.name, region=region, slot=slot, many=False, index=1,
+            host=settings.host, ports={"client": settings.port}, settings=settings,
+        )
+
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        s: ZooKeeperSettings = inst.settings
+        return magnetar_command(
+            "zookeeper",
+            "--host", inst.host,
+            "--port", str(inst.ports["client"]),
+            "--data-dir", str(plan.process_dir(inst)),
+            "--tick-time-ms", str(s.tick_time_ms),
+            "--heap-mb", str(s.heap_mb),
+        )
+
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        return zk.is_healthy(inst.host, inst.ports["client"])
+
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        return {"connect": f"{inst.host}:{inst.ports['client']}", "host": inst.host, "port": inst.ports["client"]}
+
+
+class BookieKind(ProcessKind):
+    """A storage node, registered in its region's ZooKeeper; its id is its process name, stable across ups."""
+
+    name = "bookie"
+    tier = 10
+    shown = ("grpc", "metrics")
+
+    def instances(self, topology: Topology) -> list[Instance]:
+        found = []
+        for region in topology.regions:
+            s = region.bookies
+            if s is None:
+                continue
+            for n in range(1, s.count + 1):
+                found.append(
+                    Instance(
+                        name=f"{region.name}-bookie-{n}", kind=self.name, region=region.name, slot="bookies",
+                        many=True, index=n, host=s.host,
+                        ports={
+                            "grpc": s.grpc_port_base + n - 1 if s.grpc_port_base else 0,
+                            "http": s.http_port_base + n - 1 if s.http_port_base else 0,
+                        },
+                        settings=s,
+                    )
+                )
+        return found
+
+    def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "bookie.toml"
+
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        s: BookiesSettings = inst.settings
+        region_zk = plan.one(region=inst.region, slot="zookeeper")
+        config = {
+            "bookie_id": inst.name,
+            "bind_host": inst.host,
+            "port": inst.ports["grpc"],
+            "http_port": inst.ports["http"],
+            "advertised_host": inst.host,
+            "data_dir": str(plan.process_dir(inst) / "data"),
+            "zookeeper": plan.endpoints(region_zk)["connect"],
+            "journal_sync": s.journal_sync,
+            **s.extra,
+        }
+        path = self.config_path(inst, plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"# Written by the Magnetar supervisor for {inst.name} at every `magnetar up`; edit the topology instead.\n"
+            + dumps_toml(config)
+        )
+        return magnetar_command("bookie", "--config", str(path))
+
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        import grpc  # lazily: only deployments with bookies pay for it
+
+        from magnetar.proto import bookie_pb2, bookie_pb2_grpc
+
+        try:
+            with grpc.insecure_channel(f"{inst.host}:{inst.ports['grpc']}") as channel:
+                bookie_pb2_grpc.BookieServiceStub(channel).GetBookieInfo(bookie_pb2.BookieInfoRequest(), timeout=1)
+            with urllib.request.urlopen(self._metrics_url(inst), timeout=1) as response:
+                return response.status == 200
+        except (grpc.RpcError, OSError):
+            return False
+
+    def _metrics_url(self, inst: Instance) -> str:
+        return f"http://{inst.host}:{inst.ports['http']}/metrics"
+
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        return {
+            "bookie_id": inst.name,
+            "grpc": f"{inst.host}:{inst.ports['grpc']}",
+            "metrics": self._metrics_url(inst),
+            "config": str(self.config_path(inst, plan)),
+        }
+
+
+KINDS: dict[str, ProcessKind] = {kind.name: kind for kind in (ZooKeeperKind(), BookieKind())}
+
+
+# -- the plan: every instance with its ports ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every instance of a topology, in start order, with every port chosen.
+
+    Attributes:
+        topology: what was asked for.
+        data_dir: the deployment's directory (absolute).
+        instances: sorted by tier, then in the order the topology names them.
+    """
+
+    topology: Topology
+    data_dir: pathlib.Path
+    instances: tuple[Instance, ...]
+
+    def process_dir(self, inst: Instance) -> pathlib.Path:
+        return self.data_dir / inst.name
+
+    def log_path(self, inst: Instance) -> pathlib.Path:
+        return self.data_dir / "logs" / f"{inst.name}.log"
+
+    def kind(self, inst: Instance) -> ProcessKind:
+        return KINDS[inst.kind]
+
+    def one(self, *, region: Optional[str], slot: str) -> Instance:
+        """The instance in ``slot`` of ``region`` (e.g. a region's ZooKeeper)."""
+        for inst in self.instances:
+            if inst.region == region and inst.slot == slot:
+                return inst
+        raise LookupError(f"the topology has no {slot} in region {region}")
+
+    def endpoints(self, inst: Instance) -> dict[str, Any]:
+        return self.kind(inst).endpoints(inst, self)
+
+    def tiers(self) -> list[list[Instance]]:
+        """Instances grouped by tier, lowest first (a tier starts only when the one before is healthy)."""
+        grouped: dict[int, list[Instance]] = {}
+        for inst in self.instances:
+            grouped.setdefault(KINDS[inst.kind].tier, []).append(inst)
+        return [grouped[t] for t in sorted(grouped)]
+
+
+def make_plan(
+    topology: Topology,
+    data_dir: pathlib.Path,
+    *,
+    remembered: Mapping[str, Mapping[str, int]] = {},
+    pick_port: Callable[[str], int] = free_port,
+) -> Plan:
+    """Expands the topology and chooses every port.
+
+    A port the topology fixes wins; otherwise the port remembered from an earlier ``up`` on the same data
+    dir (so a restarted bookie keeps its address); otherwise ``pick_port(host)``. No two instances get the
+    same port; a fixed port given twice is a ConfigError.
+    """
+    expanded = [inst for kind in sorted(KINDS.values(), key=lambda k: k.tier) for inst in kind.instances(topology)]
+    # One owner per port number: distinct loopback addresses could share a port, but this is never wrong.
+    owners: dict[int, str] = {}
+    names: set[str] = set()
+    for inst in expanded:
+        if inst.name in names:
+            raise ConfigError(f"{topology.path.name}: two processes would be named {inst.name!r}; rename a region")
+        names.add(inst.name)
+        for port_name, port in inst.ports.items():
+            if port:
+                owner = owners.setdefault(port, f"{inst.name} {port_name}")
+                if owner != f"{inst.name} {port_name}":
+                    raise ConfigError(f"{topology.path.name}: port {port} is given to both {owner} and {inst.name} {port_name}")
+    chosen = []
+    for inst in expanded:
+        ports = dict(inst.ports)
+        for port_name, port in ports.items():
+            if port:
+                continue
+            port = remembered.get(inst.name, {}).get(port_name, 0)
+            if not port or port in owners:
+                for _ in range(100):
+                    port = pick_port(inst.host)
+                    if port not in owners:
+                        break
+                else:
+                    raise RuntimeError(f"could not find a free port for {inst.name} {port_name}")
+            owners[port] = f"{inst.name} {port_name}"
+            ports[port_name] = port
+        chosen.append(replace(inst, ports=ports))
+    return Plan(topology=topology, data_dir=pathlib.Path(data_dir).resolve(), instances=tuple(chosen))
+
+
+def dumps_toml(table: Mapping[str, Any]) -> str:
+    """Flat TOML (scalars and arrays of scalars), enough for the config files the supervisor writes."""
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")

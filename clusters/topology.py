@@ -1,0 +1,322 @@
+"""Topology files: which processes a local deployment runs, parsed and validated into frozen dataclasses.
+
+A topology is plain TOML. Every table is optional except ``name`` and at least one region::
+
+    name = "standalone"            # names the deployment: [a-z0-9-], starts and ends alphanumeric
+
+    [supervisor]                   # how `magnetar up` waits and stops
+    startup_timeout_s = 60.0       # each tier (all ZooKeepers, then all bookies, ...) healthy within this
+    stop_grace_s = 10.0            # SIGTERM, then SIGKILL of the process group after this
+
+    [global_zookeeper]             # the configuration store every region shares (same keys as a region's)
+    port = 0
+
+    [[regions]]
+    name = "us-east"               # process names are "<region>-<kind>[-<n>]", e.g. "us-east-bookie-2"
+    [regions.zookeeper]            # every region has one local ZooKeeper (defaults if the table is absent)
+    host = "127.0.0.1"
+    port = 0                       # 0: pick a free port at the first `up`, remembered in the data dir
+    tick_time_ms = 500
+    heap_mb = 256
+    [regions.bookies]              # absent: the region runs no bookie
+    count = 3
+    host = "127.0.0.1"
+    grpc_port_base = 0             # non-zero: bookie n gets base + n - 1; 0: picked and remembered
+    http_port_base = 0
+    journal_sync = true
+    # any other key is copied into every bookie's bookie.toml (e.g. disk_free_min_bytes = 1048576)
+
+Adding a process kind means adding its settings dataclass here (one field per key, the type annotation is
+the check, ``problems()`` for the rest), a line in :func:`_parse_region`, and a spec in ``clusters.kinds``.
+Every error is a :class:`~magnetar.errors.ConfigError` whose message starts with the file and the key path,
+e.g. ``standalone.toml: regions[0].bookies.count: expected an integer, got a string ("three")``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import re
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator, Mapping, Optional
+
+from magnetar.errors import ConfigError
+
+_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_NAME_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 40 characters"
+
+
+# -- settings (one dataclass per TOML table) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    """``[supervisor]``: deadlines of the supervisor itself."""
+
+    startup_timeout_s: float = 60.0
+    stop_grace_s: float = 10.0
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not 0 < self.startup_timeout_s <= 3600:
+            yield "startup_timeout_s", f"must be in (0, 3600], got {self.startup_timeout_s}"
+        if not 0 <= self.stop_grace_s <= 600:
+            yield "stop_grace_s", f"must be in [0, 600], got {self.stop_grace_s}"
+
+
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    """``[regions.zookeeper]`` and ``[global_zookeeper]``: one standalone ZooKeeper server."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    tick_time_ms: int = 500
+    heap_mb: int = 256
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from _host_problems("host", self.host)
+        yield from _port_problems("port", self.port)
+        if not 10 <= self.tick_time_ms <= 60_000:
+            yield "tick_time_ms", f"must be in [10, 60000], got {self.tick_time_ms}"
+        if not 32 <= self.heap_mb <= 65_536:
+            yield "heap_mb", f"must be in [32, 65536], got {self.heap_mb}"
+
+
+@dataclass(frozen=True)
+class BookiesSettings:
+    """``[regions.bookies]``: ``count`` storage nodes of one region.
+
+    Keys not declared here are not errors: they go to ``extra`` and are copied into every bookie's
+    ``bookie.toml``, so a new bookie setting needs no change in this room. They must be scalars or arrays
+    of scalars, and may not be a key the supervisor sets itself (:attr:`RESERVED`).
+    """
+
+    count: int = 3
+    host: str = "127.0.0.1"
+    grpc_port_base: int = 0
+    http_port_base: int = 0
+    journal_sync: bool = True
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    PASSTHROUGH: ClassVar[bool] = True
+    RESERVED: ClassVar[frozenset[str]] = frozenset(
+        {"bookie_id", "bind_host", "advertised_host", "port", "http_port", "data_dir", "zookeeper"}
+    )
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not 1 <= self.count <= 64:
+            yield "count", f"must be in [1, 64], got {self.count}"
+        yield from _host_problems("host", self.host)
+        for key in ("grpc_port_base", "http_port_base"):
+            base = getattr(self, key)
+            yield from _port_problems(key, base)
+            if base and base + self.count - 1 > 65535:
+                yield key, f"{base} + count - 1 exceeds 65535"
+        if self.grpc_port_base and self.http_port_base:
+            grpc = set(range(self.grpc_port_base, self.grpc_port_base + self.count))
+            if grpc & set(range(self.http_port_base, self.http_port_base + self.count)):
+                yield "http_port_base", "the gRPC and HTTP port ranges overlap"
+        for key, value in self.extra.items():
+            if key in self.RESERVED:
+                yield key, "is set by the supervisor for each bookie and cannot be given here"
+            elif not _is_toml_scalar(value) and not (
+                isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
+            ):
+                yield key, f"passed through to bookie.toml, so it must be a scalar or an array of scalars, got {_describe(value)}"
+
+
+@dataclass(frozen=True)
+class Region:
+    """One ``[[regions]]`` entry: a local ZooKeeper and the servers that use it."""
+
+    name: str
+    zookeeper: ZooKeeperSettings
+    bookies: Optional[BookiesSettings] = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A whole topology file.
+
+    Attributes:
+        name: the deployment's name.
+        path: the file it was read from (absolute).
+        supervisor: deadlines.
+        global_zookeeper: the shared configuration store, if the topology has one.
+        regions: in file order, names unique.
+    """
+
+    name: str
+    path: pathlib.Path
+    supervisor: SupervisorSettings
+    global_zookeeper: Optional[ZooKeeperSettings]
+    regions: tuple[Region, ...]
+
+    def region(self, name: str) -> Region:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(name)
+
+
+# -- loading ------------------------------------------------------------------------------------------------
+
+
+def load(path: pathlib.Path | str) -> Topology:
+    """Reads and validates a topology file; raises ConfigError naming the file and the key at fault."""
+    path = pathlib.Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: topology file not found") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the topology file: {err.strerror}") from None
+    return parse(text, path=path.resolve())
+
+
+def parse(text: str, *, path: pathlib.Path | str = "<topology>") -> Topology:
+    """Parses topology TOML (``path`` only names the source in errors and in :attr:`Topology.path`)."""
+    path = pathlib.Path(path)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path.name}: not valid TOML: {err}") from None
+    return _Parser(path).topology(doc)
+
+
+class _Parser:
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path.name}: {key}: {message}" if key else f"{self.path.name}: {message}")
+
+    def topology(self, doc: dict[str, Any]) -> Topology:
+        known = {"name", "supervisor", "global_zookeeper", "regions"}
+        self._no_unknown(doc, known, "")
+        name = self._name(doc, "name", "")
+        supervisor = self.section(SupervisorSettings, doc.get("supervisor", {}), "supervisor")
+        global_zk = None
+        if "global_zookeeper" in doc:
+            global_zk = self.section(ZooKeeperSettings, doc["global_zookeeper"], "global_zookeeper")
+        raw_regions = doc.get("regions")
+        if raw_regions is None:
+            raise self.error("regions", "missing: a topology needs at least one [[regions]] table")
+        if not isinstance(raw_regions, list) or not all(isinstance(r, dict) for r in raw_regions):
+            raise self.error("regions", f"expected an array of tables ([[regions]]), got {_describe(raw_regions)}")
+        if not raw_regions:
+            raise self.error("regions", "empty: a topology needs at least one [[regions]] table")
+        regions: list[Region] = []
+        seen: dict[str, int] = {}
+        for i, raw in enumerate(raw_regions):
+            region = self._region(raw, f"regions[{i}]")
+            if region.name in seen:
+                raise self.error(
+                    f"regions[{i}].name", f"duplicate region name {region.name!r} (also regions[{seen[region.name]}])"
+                )
+            seen[region.name] = i
+            regions.append(region)
+        return Topology(
+            name=name,
+            path=self.path,
+            supervisor=supervisor,
+            global_zookeeper=global_zk,
+            regions=tuple(regions),
+        )
+
+    def _region(self, raw: dict[str, Any], where: str) -> Region:
+        self._no_unknown(raw, {"name", "zookeeper", "bookies"}, where)
+        name = self._name(raw, "name", where)
+        zookeeper = self.section(ZooKeeperSettings, raw.get("zookeeper", {}), f"{where}.zookeeper")
+        bookies = self.section(BookiesSettings, raw["bookies"], f"{where}.bookies") if "bookies" in raw else None
+        return Region(name=name, zookeeper=zookeeper, bookies=bookies)
+
+    def _name(self, table: dict[str, Any], key: str, where: str) -> str:
+        path = f"{where}.{key}" if where else key
+        if key not in table:
+            raise self.error(path, "missing (required)")
+        value = table[key]
+        if not isinstance(value, str):
+            raise self.error(path, f"expected a string, got {_describe(value)}")
+        if not _NAME_RE.match(value):
+            raise self.error(path, f"{value!r} is not a valid name ({_NAME_RULE})")
+        return value
+
+    def _no_unknown(self, table: dict[str, Any], known: set[str], where: str) -> None:
+        for key in table:
+            if key not in known:
+                path = f"{where}.{key}" if where else key
+                raise self.error(path, f"unknown key (expected one of: {', '.join(sorted(known))})")
+
+    def section(self, cls: type, table: Any, where: str) -> Any:
+        """Builds settings dataclass ``cls`` from ``table``: types from its annotations, then ``problems()``."""
+        if not isinstance(table, dict):
+            raise self.error(where, f"expected a table, got {_describe(table)}")
+        hints = typing.get_type_hints(cls)
+        declared = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in table.items():
+            if key in declared:
+                values[key] = self._typed(hints[key], value, f"{where}.{key}")
+            elif getattr(cls, "PASSTHROUGH", False):
+                extra[key] = value
+            else:
+                raise self.error(f"{where}.{key}", f"unknown key (expected one of: {', '.join(sorted(declared))})")
+        for key, f in declared.items():
+            if key not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise self.error(f"{where}.{key}", "missing (required)")
+        if getattr(cls, "PASSTHROUGH", False):
+            values["extra"] = extra
+        settings = cls(**values)
+        for key, message in settings.problems():
+            raise self.error(f"{where}.{key}", message)
+        return settings
+
+    def _typed(self, hint: Any, value: Any, path: str) -> Any:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            raise self.error(path, f"expected true or false, got {_describe(value)}")
+        if hint is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            raise self.error(path, f"expected an integer, got {_describe(value)}")
+        if hint is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                return float(value)
+            raise self.error(path, f"expected a number, got {_describe(value)}")
+        if hint is str:
+            if isinstance(value, str):
+                return value
+            raise self.error(path, f"expected a string, got {_describe(value)}")
+        raise TypeError(f"settings field {path} has an unsupported type {hint!r}")  # a bug in this module
+
+
+# -- checks -------------------------------------------------------------------------------------------------
+
+
+def _port_problems(key: str, port: int) -> Iterator[tuple[str, str]]:
+    if not (port == 0 or 1024 <= port <= 65535):
+        yield key, f"must be 0 (pick a free port) or in [1024, 65535], got {port}"
+
+
+def _host_problems(key: str, host: str) -> Iterator[tuple[str, str]]:
+    if not host or any(c.isspace() for c in host) or "/" in host:
+        yield key, f"not a host name or address: {host!r}"
+
+
+def _is_toml_scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+def _describe(value: Any) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array", dict: "a table"}
+    kind = kinds.get(type(value), type(value).__name__)
+    if isinstance(value, (dict, list)):
+        return kind
+    if isinstance(value, bool):
+        return f"{kind} ({str(value).lower()})"
+    return f"{kind} ({value!r})" if not isinstance(value, str) else f'{kind} ("{value}")'

@@ -1,0 +1,403 @@
+"""What the metadata store holds, as typed values with a strict JSON codec.
+
+Pure: no asyncio, no kazoo. Every stored value is a JSON object carrying a schema ``"version": 1``; decoding
+rejects a missing or unknown schema version, a non-object, and any field of the wrong type with an
+:class:`~config_store.errors.InvalidMetadataError` naming the field, so corrupt metadata is never handed to
+a caller as data. Unknown extra fields are ignored (a newer writer may add some). Field names follow
+Pulsar's JSON where Pulsar has one (``serviceUrl``, ``adminRoles``, ``replication_clusters``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .errors import InvalidMetadataError
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[T]):
+    """A value together with the ZooKeeper version it was read at (the token for compare-and-set)."""
+
+    value: T
+    version: int
+
+
+# ---------------------------------------------------------------------------------------------- codec helpers
+
+
+def _dumps(kind: str, fields: dict[str, Any]) -> bytes:
+    return json.dumps({"version": SCHEMA_VERSION, **fields}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _loads(kind: str, data: bytes) -> dict[str, Any]:
+    """Parses one stored JSON object and checks its schema version."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidMetadataError(f"{kind}: expected bytes, got {type(data).__name__}")
+    try:
+        obj = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise InvalidMetadataError(f"{kind}: not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise InvalidMetadataError(f"{kind}: expected a JSON object, got {type(obj).__name__}")
+    version = obj.get("version")
+    if type(version) is not int:
+        raise InvalidMetadataError(f"{kind}: missing or non-integer schema 'version' field")
+    if version != SCHEMA_VERSION:
+        raise InvalidMetadataError(f"{kind}: unsupported schema version {version} (this build reads {SCHEMA_VERSION})")
+    return obj
+
+
+_MISSING = object()
+
+
+def _field(kind: str, obj: dict[str, Any], key: str, typ: type | tuple[type, ...], default: Any = _MISSING,
+           *, nullable: bool = False) -> Any:
+    """Reads ``obj[key]`` checked against ``typ``; bool is never accepted as int (JSON keeps them apart)."""
+    if key not in obj:
+        if default is _MISSING:
+            raise InvalidMetadataError(f"{kind}: missing field '{key}'")
+        return default() if callable(default) else default
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if isinstance(value, bool) and bool not in types:
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if not ok:
+        raise InvalidMetadataError(f"{kind}: field '{key}' must be {_type_name(types)}, got {type(value).__name__}")
+    return value
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in types)
+
+
+def _str_list(kind: str, obj: dict[str, Any], key: str) -> list[str]:
+    value = _field(kind, obj, key, list, list)
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidMetadataError(f"{kind}: field '{key}' must be a list of strings")
+    return list(value)
+
+
+def _str_dict(kind: str, obj: dict[str, Any], key: str) -> dict[str, str]:
+    value = _field(kind, obj, key, dict, dict)
+    if not all(isinstance(v, str) for v in value.values()):
+        raise InvalidMetadataError(f"{kind}: field '{key}' must map strings to strings")
+    return dict(value)
+
+
+# ---------------------------------------------------------------------------------------------- global store
+
+
+@dataclass
+class ClusterData:
+    """A region (Pulsar: cluster) as registered in the global store: how to reach its brokers."""
+
+    service_url: str = ""
+    service_url_tls: str = ""
+    broker_service_url: str = ""
+    broker_service_url_tls: str = ""
+
+    def to_json(self) -> bytes:
+        return _dumps("ClusterData", {
+            "serviceUrl": self.service_url,
+            "serviceUrlTls": self.service_url_tls,
+            "brokerServiceUrl": self.broker_service_url,
+            "brokerServiceUrlTls": self.broker_service_url_tls,
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "ClusterData":
+        k, o = "ClusterData", _loads("ClusterData", data)
+        return cls(
+            service_url=_field(k, o, "serviceUrl", str, ""),
+            service_url_tls=_field(k, o, "serviceUrlTls", str, ""),
+            broker_service_url=_field(k, o, "brokerServiceUrl", str, ""),
+            broker_service_url_tls=_field(k, o, "brokerServiceUrlTls", str, ""),
+        )
+
+
+@dataclass
+class TenantInfo:
+    """A tenant: who administers it and in which regions its namespaces may live."""
+
+    admin_roles: list[str] = field(default_factory=list)
+    allowed_clusters: list[str] = field(default_factory=list)
+
+    def to_json(self) -> bytes:
+        return _dumps("TenantInfo", {"adminRoles": list(self.admin_roles),
+                                     "allowedClusters": list(self.allowed_clusters)})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "TenantInfo":
+        k, o = "TenantInfo", _loads("TenantInfo", data)
+        return cls(admin_roles=_str_list(k, o, "adminRoles"), allowed_clusters=_str_list(k, o, "allowedClusters"))
+
+
+@dataclass
+class Policies:
+    """A namespace's policies (Pulsar ``Policies``; only the fields Magnetar uses so far — add more freely).
+
+    ``None`` means "not set at namespace level" (the broker default applies), as in Pulsar.
+    """
+
+    replication_clusters: list[str] = field(default_factory=list)
+    deduplication_enabled: bool | None = None
+    message_ttl_in_seconds: int | None = None
+    retention_time_in_minutes: int = 0
+    retention_size_in_mb: int = 0
+    bundles: dict | None = None
+    auth_roles: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return _dumps("Policies", {
+            "replication_clusters": list(self.replication_clusters),
+            "deduplicationEnabled": self.deduplication_enabled,
+            "message_ttl_in_seconds": self.message_ttl_in_seconds,
+            "retention_policies": {"retentionTimeInMinutes": self.retention_time_in_minutes,
+                                   "retentionSizeInMB": self.retention_size_in_mb},
+            "bundles": self.bundles,
+            "auth_policies": {"namespace_auth": {r: list(a) for r, a in self.auth_roles.items()}},
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Policies":
+        k, o = "Policies", _loads("Policies", data)
+        retention = _field(k, o, "retention_policies", dict, dict, nullable=True) or {}
+        auth = _field(k, o, "auth_policies", dict, dict, nullable=True) or {}
+        namespace_auth = _field(k + ".auth_policies", auth, "namespace_auth", dict, dict, nullable=True) or {}
+        auth_roles: dict[str, list[str]] = {}
+        for role, actions in namespace_auth.items():
+            if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+                raise InvalidMetadataError(f"{k}: auth_policies.namespace_auth['{role}'] must be a list of strings")
+            auth_roles[role] = list(actions)
+        return cls(
+            replication_clusters=_str_list(k, o, "replication_clusters"),
+            deduplication_enabled=_field(k, o, "deduplicationEnabled", bool, None, nullable=True),
+            message_ttl_in_seconds=_field(k, o, "message_ttl_in_seconds", int, None, nullable=True),
+            retention_time_in_minutes=_field(k + ".retention_policies", retention, "retentionTimeInMinutes", int, 0),
+            retention_size_in_mb=_field(k + ".retention_policies", retention, "retentionSizeInMB", int, 0),
+            bundles=_field(k, o, "bundles", dict, None, nullable=True),
+            auth_roles=auth_roles,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionedTopicMetadata:
+    """The partition count of a partitioned topic (Pulsar ``PartitionedTopicMetadata``)."""
+
+    partitions: int
+
+    def __post_init__(self) -> None:
+        if type(self.partitions) is not int or self.partitions < 1:
+            raise InvalidMetadataError(f"partitions must be a positive integer, got {self.partitions!r}")
+
+    def to_json(self) -> bytes:
+        return _dumps("PartitionedTopicMetadata", {"partitions": self.partitions})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "PartitionedTopicMetadata":
+        k = "PartitionedTopicMetadata"
+        return cls(partitions=_field(k, _loads(k, data), "partitions", int))
+
+
+# ---------------------------------------------------------------------------------------------- region store
+
+
+@dataclass(frozen=True)
+class BookieRegistration:
+    """What a live bookie publishes about itself: ``address`` is its gRPC ``host:port``."""
+
+    bookie_id: str
+    address: str
+    http_address: str = ""
+    version: str = ""  # the bookie's software version (JSON "softwareVersion": "version" is the schema's)
+
+    def to_json(self) -> bytes:
+        return _dumps("BookieRegistration", {"bookieId": self.bookie_id, "address": self.address,
+                                             "httpAddress": self.http_address, "softwareVersion": self.version})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "BookieRegistration":
+        k, o = "BookieRegistration", _loads("BookieRegistration", data)
+        return cls(bookie_id=_field(k, o, "bookieId", str), address=_field(k, o, "address", str),
+                   http_address=_field(k, o, "httpAddress", str, ""), version=_field(k, o, "softwareVersion", str, ""))
+
+
+class LedgerState(enum.Enum):
+    """A ledger is OPEN while its one writer appends, IN_RECOVERY while a reader fences and closes it, and
+    CLOSED (immutable, with a final ``last_entry_id``) afterwards."""
+
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """A ledger's metadata: quorums, ensembles over time, state.
+
+    Invariants (checked on construction, so a decoded or derived value is always valid):
+    ``1 <= ack_quorum_size <= write_quorum_size <= ensemble_size``; ``ensembles`` is a non-empty list of
+    ``(first_entry_id, bookies)`` whose first starts at 0, whose first entry ids strictly ascend, each with
+    exactly ``ensemble_size`` distinct bookie ids; ``last_entry_id >= -1`` and ``length >= 0``.
+
+    Entry ``e`` is stored on its write set: ``ensemble[(e + i) % E] for i in range(Qw)`` of the ensemble
+    covering ``e`` (BookKeeper's round-robin striping).
+    """
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    ensembles: list[tuple[int, list[str]]]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    ctime_ms: int = 0
+    custom_metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Normalise to fresh lists (callers' lists are not aliased) and check invariants.
+        try:
+            ensembles = [(first, list(bookies)) for first, bookies in self.ensembles]
+            if any(isinstance(bookies, str) for _, bookies in self.ensembles):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise InvalidMetadataError(f"ledger {self.ledger_id}: ensembles must be (first_entry_id, bookies) pairs") from None
+        object.__setattr__(self, "ensembles", ensembles)
+        object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
+        if isinstance(self.state, str):
+            object.__setattr__(self, "state", LedgerState(self.state))
+        self._validate()
+
+    def _validate(self) -> None:
+        lid = self.ledger_id
+        for name in ("ledger_id", "ensemble_size", "write_quorum_size", "ack_quorum_size", "last_entry_id",
+                     "length", "ctime_ms"):
+            if type(getattr(self, name)) is not int:
+                raise InvalidMetadataError(f"ledger {lid}: {name} must be an integer")
+        if lid < 0:
+            raise InvalidMetadataError(f"ledger id must be >= 0, got {lid}")
+        e, qw, qa = self.ensemble_size, self.write_quorum_size, self.ack_quorum_size
+        if not 1 <= qa <= qw <= e:
+            raise InvalidMetadataError(f"ledger {lid}: need 1 <= Qa <= Qw <= E, got E={e} Qw={qw} Qa={qa}")
+        if not self.ensembles:
+            raise InvalidMetadataError(f"ledger {lid}: no ensemble")
+        previous = None
+        for first, bookies in self.ensembles:
+            if type(first) is not int:
+                raise InvalidMetadataError(f"ledger {lid}: ensemble first entry id must be an integer")
+            if previous is None and first != 0:
+                raise InvalidMetadataError(f"ledger {lid}: first ensemble must start at entry 0, starts at {first}")
+            if previous is not None and first <= previous:
+                raise InvalidMetadataError(f"ledger {lid}: ensemble first entry ids must ascend ({previous} then {first})")
+            if len(bookies) != e or not all(isinstance(b, str) and b for b in bookies):
+                raise InvalidMetadataError(f"ledger {lid}: ensemble at {first} must list {e} bookie ids, got {bookies}")
+            if len(set(bookies)) != e:
+                raise InvalidMetadataError(f"ledger {lid}: ensemble at {first} repeats a bookie: {bookies}")
+            previous = first
+        if not isinstance(self.state, LedgerState):
+            raise InvalidMetadataError(f"ledger {lid}: state must be a LedgerState")
+        if self.last_entry_id < -1:
+            raise InvalidMetadataError(f"ledger {lid}: last_entry_id must be >= -1, got {self.last_entry_id}")
+        if self.length < 0:
+            raise InvalidMetadataError(f"ledger {lid}: length must be >= 0, got {self.length}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.custom_metadata.items()):
+            raise InvalidMetadataError(f"ledger {lid}: custom_metadata must map strings to strings")
+
+    # ---------------------------------------------------------------------------------------------- math
+
+    def ensemble_at(self, entry_id: int) -> list[str]:
+        """The ensemble that covers ``entry_id`` (the last one starting at or before it)."""
+        if entry_id < 0:
+            raise ValueError(f"entry id must be >= 0, got {entry_id}")
+        chosen = self.ensembles[0][1]
+        for first, bookies in self.ensembles:
+            if first > entry_id:
+                break
+            chosen = bookies
+        return list(chosen)
+
+    def write_set(self, entry_id: int) -> list[str]:
+        """The Qw bookies that store ``entry_id``, in striping order."""
+        ensemble = self.ensemble_at(entry_id)
+        e = self.ensemble_size
+        return [ensemble[(entry_id + i) % e] for i in range(self.write_quorum_size)]
+
+    @property
+    def current_ensemble(self) -> list[str]:
+        """The ensemble new entries go to (the last one)."""
+        return list(self.ensembles[-1][1])
+
+    # ---------------------------------------------------------------------------------------------- changes
+
+    def with_ensemble(self, first_entry_id: int, bookies: list[str]) -> "LedgerMetadata":
+        """A copy where ``bookies`` serve entries from ``first_entry_id`` on.
+
+        Ensembles starting at or after ``first_entry_id`` are dropped first (a repeated ensemble change at the
+        same entry replaces the earlier one).
+        """
+        kept = [(f, b) for f, b in self.ensembles if f < first_entry_id]
+        return dataclasses.replace(self, ensembles=kept + [(first_entry_id, list(bookies))])
+
+    def closed(self, last_entry_id: int, length: int) -> "LedgerMetadata":
+        """A copy in state CLOSED with the final last entry id and length."""
+        return dataclasses.replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+    def in_recovery(self) -> "LedgerMetadata":
+        """A copy in state IN_RECOVERY (a reader is fencing and closing it)."""
+        return dataclasses.replace(self, state=LedgerState.IN_RECOVERY)
+
+    # ---------------------------------------------------------------------------------------------- codec
+
+    def to_json(self) -> bytes:
+        return _dumps("LedgerMetadata", {
+            "ledgerId": self.ledger_id,
+            "ensembleSize": self.ensemble_size,
+            "writeQuorumSize": self.write_quorum_size,
+            "ackQuorumSize": self.ack_quorum_size,
+            "ensembles": [{"firstEntryId": f, "bookies": list(b)} for f, b in self.ensembles],
+            "state": self.state.value,
+            "lastEntryId": self.last_entry_id,
+            "length": self.length,
+            "ctime": self.ctime_ms,
+            "customMetadata": dict(self.custom_metadata),
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "LedgerMetadata":
+        k, o = "LedgerMetadata", _loads("LedgerMetadata", data)
+        ensembles = []
+        for item in _field(k, o, "ensembles", list):
+            if not isinstance(item, dict):
+                raise InvalidMetadataError(f"{k}: each ensemble must be an object")
+            ensembles.append((_field(k + ".ensembles", item, "firstEntryId", int),
+                              _str_list(k + ".ensembles", item, "bookies")))
+        state = _field(k, o, "state", str, "OPEN")
+        try:
+            state_enum = LedgerState(state)
+        except ValueError:
+            raise InvalidMetadataError(f"{k}: unknown ledger state {state!r}") from None
+        return cls(
+            ledger_id=_field(k, o, "ledgerId", int),
+            ensemble_size=_field(k, o, "ensembleSize", int),
+            write_quorum_size=_field(k, o, "writeQuorumSize", int),
+            ack_quorum_size=_field(k, o, "ackQuorumSize", int),
+            ensembles=ensembles,
+            state=state_enum,
+            last_entry_id=_field(k, o, "lastEntryId", int, -1),
+            length=_field(k, o, "length", int, 0),
+            ctime_ms=_field(k, o, "ctime", int, 0),
+            custom_metadata=_str_dict(k, o, "customMetadata"),
+        )

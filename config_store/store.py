@@ -1,0 +1,625 @@
+"""The metadata store: one small async interface over ZooKeeper (its kazoo implementation is in
+``kazoo_store.py``, re-exported here; the in-memory one in ``memory.py``).
+
+Theory of operation
+-------------------
+:class:`MetadataStore` implements everything that does not depend on the backend once: argument checks,
+recursive delete, watches, ephemeral registrations and session bookkeeping. A backend supplies a handful of
+primitives (``_get``, ``_create``, ``_set``, ``_delete_one``, ``_children``, ``_read_watch``, ...).
+
+Threads. kazoo runs its connection, completion and watcher callbacks on its own threads. Nothing here blocks
+the event loop on ZooKeeper: requests go out through kazoo's ``*_async`` methods, whose completions are
+handed back to the loop with ``loop.call_soon_threadsafe``; kazoo's state listener and one-shot watchers are
+bridged the same way. Every callback a user registers runs on the event loop.
+
+Watches. ZooKeeper watches are one-shot and kazoo drops them all when the connection is lost. A
+:class:`WatchHandle` is therefore a small task: whenever it is marked dirty (by a ZooKeeper watch event, a
+reconnect or a new session) it re-reads the node *and re-arms the watch in the same request*, then calls the
+callback if the state changed (by ``mzxid`` for data, by the child list for children). A read that fails
+for lack of a connection waits for the next connection and tries again, so a watch survives reconnects and
+session loss; a change is never missed, though intermediate states may be coalesced.
+
+Sessions. kazoo's CONNECTED/SUSPENDED/LOST become :class:`SessionEvent`: CONNECTED when a *new* session is
+established (the first, or after a loss), RECONNECTED when the same session resumes, SUSPENDED on a
+dropped connection, LOST when the session expired. A LOST increments ``session_lost_count`` and is logged at
+WARNING. After every (re)connection the store re-creates its ephemeral registrations (see
+:class:`EphemeralRegistration`).
+
+Retries. Reads retry on connection loss under a ``KazooRetry`` policy (delay, backoff, jitter, deadline).
+Writes are sent once: a lost connection makes their outcome unknown, and a blind retry could apply a
+sequential create twice or report a successful compare-and-set as a lost race. Only idempotent writes
+(unconditional ``set``, unconditional ``delete``) are retried.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import inspect
+import logging
+import random
+from typing import Any, Callable, NamedTuple
+
+from .errors import (BadVersionError, InvalidMetadataError, MetadataError, NodeExistsError, NotEmptyError,
+                     NotFoundError, StoreClosedError)
+from .models import Versioned
+
+log = logging.getLogger("config_store")
+
+
+class SessionEvent(enum.Enum):
+    """What happened to the store's ZooKeeper session (delivered to session listeners on the loop)."""
+
+    CONNECTED = "connected"  # a new session: the first one, or a fresh one after LOST
+    SUSPENDED = "suspended"  # connection dropped; the session may still be alive
+    RECONNECTED = "reconnected"  # connection back with the same session: ephemerals intact
+    LOST = "lost"  # the session expired: its ephemeral nodes are gone
+
+
+class StoreState(enum.Enum):
+    NEW = "new"
+    STARTING = "starting"
+    STARTED = "started"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class NodeRead(NamedTuple):
+    """A backend's answer to a read: the value, a change token (``mzxid``) and the ephemeral owner (0 if
+    persistent)."""
+
+    versioned: Versioned[bytes]
+    token: int
+    owner: int
+
+
+DataCallback = Callable[[Versioned[bytes] | None], Any]
+ChildrenCallback = Callable[[list[str]], Any]
+
+
+def validate_path(path: str) -> None:
+    """Raises InvalidMetadataError unless ``path`` is an absolute, normalised ZooKeeper path."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise InvalidMetadataError(f"metadata path must be a string starting with '/', got {path!r}")
+    if path == "/":
+        return
+    parts = path.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts) or "\x00" in path:
+        raise InvalidMetadataError(f"malformed metadata path {path!r}")
+
+
+def join_path(parent: str, child: str) -> str:
+    return f"{parent.rstrip('/')}/{child}"
+
+
+def _check_data(path: str, data: bytes) -> bytes:
+    if not isinstance(data, (bytes, bytearray)):
+        raise InvalidMetadataError(f"{path}: data must be bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
+class WatchHandle:
+    """A live watch on one path; :meth:`cancel` stops it. Created by ``watch_data`` / ``watch_children``.
+
+    The callback runs on the event loop, once with the current state as soon as it has been read and again
+    after every change. If it returns an awaitable, the watch awaits it before the next delivery.
+    """
+
+    def __init__(self, store: "MetadataStore", path: str, kind: str, callback: Callable[[Any], Any]) -> None:
+        self.path = path
+        self.kind = kind
+        self._store = store
+        self._callback = callback
+        self._dirty = asyncio.Event()
+        self._dirty.set()
+        self._cancelled = False
+        self._task: asyncio.Task | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Stops deliveries; idempotent. The task is cancelled now and awaited by the store's close()."""
+        if not self._cancelled:
+            self._cancelled = True
+            self._store._watches.discard(self)
+            if self._task is not None:
+                self._task.cancel()
+
+    def _fire(self, *_event: Any) -> None:
+        """Marks the watch dirty; safe from any thread (kazoo calls it from its watcher thread)."""
+        self._store._post(self._mark_dirty)
+
+    def _mark_dirty(self) -> None:
+        if not self._cancelled:
+            self._dirty.set()
+
+    async def _run(self) -> None:
+        last_token: Any = object()
+        failures = 0
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                value, token = await self._store._read_watch(self.kind, self.path, self._fire)
+            except MetadataError as e:
+                failures += 1
+                self._dirty.set()
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning("[%s] watch on %s: read failed (%s); retrying", self._store.name, self.path, e)
+                if e.retriable:
+                    await self._store._connected.wait()
+                if failures > 1:
+                    await asyncio.sleep(min(0.05 * 2 ** min(failures, 6), 2.0) * random.uniform(0.8, 1.2))
+                continue
+            failures = 0
+            if token == last_token:
+                continue
+            last_token = token
+            try:
+                result = self._callback(value)
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("[%s] %s watch callback on %s failed", self._store.name, self.kind, self.path)
+
+
+class EphemeralRegistration:
+    """An ephemeral node the store keeps alive across sessions.
+
+    Guarantees: while the registration is open and the store connected, the node exists at ``path`` with
+    the latest ``data`` and is owned by the store's current session. After a session loss it is re-created
+    as soon as a new session is established. If the path is held by another session at re-creation: a node
+    with *our* content (a leftover of our previous session, or of a restarted twin) is deleted and
+    re-created; a node with different content is waited on (until it vanishes, up to the store's
+    ``ephemeral_conflict_timeout_s`` per attempt, logged at WARNING) and never overwritten.
+    """
+
+    _ATTEMPTS_MAX = 20
+
+    def __init__(self, store: "MetadataStore", path: str, data: bytes) -> None:
+        self.path = path
+        self._store = store
+        self._data = data
+        self._closed = False
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def update(self, data: bytes) -> None:
+        """Publishes new content. If the node is not ours right now (session being re-established), the new
+        content is what the re-creation will publish."""
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: registration is closed")
+        self._data = _check_data(self.path, data)
+        store = self._store
+        for _ in range(self._ATTEMPTS_MAX):
+            cur = await store._get(self.path)
+            if cur is None or cur.owner != store._session_id():
+                store._resync.set()
+                return
+            try:
+                await store._set(self.path, self._data, cur.versioned.version)
+                return
+            except (BadVersionError, NotFoundError):
+                continue
+        raise BadVersionError(f"{self.path}: concurrent writers keep changing the registration")
+
+    async def close(self) -> None:
+        """Deletes the node (if our session owns it) and stops re-creating it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        store = self._store
+        if store._registrations.get(self.path) is self:
+            del store._registrations[self.path]
+        if store._state is not StoreState.STARTED:
+            return  # the session's end removes the node
+        cur = await store._get(self.path)
+        if cur is not None and cur.owner == store._session_id():
+            try:
+                await store._delete_one(self.path, cur.versioned.version)
+            except (NotFoundError, BadVersionError):
+                pass
+
+    async def _ensure(self, conflict_timeout_s: float) -> None:
+        """Makes the node exist, owned by the current session, with our data (see class docstring)."""
+        store = self._store
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + conflict_timeout_s
+        for _ in range(self._ATTEMPTS_MAX):
+            if self._closed:
+                return
+            data = self._data
+            try:
+                await store._create(self.path, data, ephemeral=True, sequential=False, make_parents=True)
+            except NodeExistsError:
+                pass
+            else:
+                if self._closed:  # close() ran while we were creating: do not leave the node behind
+                    try:
+                        await store._delete_one(self.path, 0)
+                    except (NotFoundError, BadVersionError):
+                        pass
+                return
+            cur = await store._get(self.path)
+            if cur is None:
+                continue
+            if cur.owner != 0 and cur.owner == store._session_id():
+                if cur.versioned.value != self._data:
+                    try:
+                        await store._set(self.path, self._data, cur.versioned.version)
+                    except (BadVersionError, NotFoundError):
+                        continue
+                return
+            if cur.versioned.value == data:
+                log.info("[%s] %s: replacing a node with our content left by session 0x%x",
+                         store.name, self.path, cur.owner)
+                try:
+                    await store._delete_one(self.path, cur.versioned.version)
+                except (NotFoundError, BadVersionError):
+                    pass
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            log.warning("[%s] %s is held by session 0x%x with other content; waiting up to %.1fs for it to go",
+                        store.name, self.path, cur.owner, remaining)
+            await store._wait_gone(self.path, remaining)
+        raise NodeExistsError(f"{self.path}: held by another session with different content; not overwritten")
+
+
+class MetadataStore(abc.ABC):
+    """Typed async access to a hierarchical, versioned metadata store (ZooKeeper's model).
+
+    Lifecycle: ``await start()`` (idempotent), use, ``await close()`` (idempotent; cancels and awaits every
+    watch and background task). ``async with store:`` does both. Versions are ZooKeeper's: a node is created
+    at version 0 and each ``set`` increments it; ``expected_version=-1`` means unconditional.
+
+    Attributes:
+        session_lost_count: how many sessions this store has lost (each one also logged at WARNING).
+        ephemeral_conflict_timeout_s: how long an ephemeral re-creation waits for a foreign node to vanish.
+    """
+
+    def __init__(self, *, name: str, ephemeral_conflict_timeout_s: float) -> None:
+        self.name = name
+        self.session_lost_count = 0
+        self.ephemeral_conflict_timeout_s = ephemeral_conflict_timeout_s
+        self._state = StoreState.NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lifecycle = asyncio.Lock()
+        self._connected = asyncio.Event()
+        self._resync = asyncio.Event()
+        self._had_session = False
+        self._session_listeners: list[Callable[[SessionEvent], Any]] = []
+        self._watches: set[WatchHandle] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._registrations: dict[str, EphemeralRegistration] = {}
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    async def start(self) -> None:
+        """Connects (first session established) and starts background work. Idempotent."""
+        async with self._lifecycle:
+            if self._state is StoreState.STARTED:
+                return
+            if self._state is not StoreState.NEW:
+                raise StoreClosedError(f"[{self.name}] a closed store cannot be restarted")
+            self._loop = asyncio.get_running_loop()
+            self._state = StoreState.STARTING
+            try:
+                await self._open()
+            except BaseException:
+                self._state = StoreState.CLOSED
+                await self._shutdown()
+                raise
+            self._state = StoreState.STARTED
+            self._spawn(self._maintain(), "ephemeral-maintenance")
+
+    async def close(self) -> None:
+        """Stops every watch and background task, ends the session (its ephemerals vanish). Idempotent."""
+        async with self._lifecycle:
+            if self._state in (StoreState.CLOSED, StoreState.NEW):
+                self._state = StoreState.CLOSED
+                return
+            self._state = StoreState.CLOSING
+            for watch in list(self._watches):
+                watch.cancel()
+            for reg in self._registrations.values():
+                reg._closed = True
+            self._registrations.clear()
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await self._shutdown()
+            finally:
+                self._connected.clear()
+                self._state = StoreState.CLOSED
+
+    async def __aenter__(self) -> "MetadataStore":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._state not in (StoreState.STARTED, StoreState.STARTING):
+            raise StoreClosedError(f"[{self.name}] metadata store is {self._state.value}; call start() first"
+                                   if self._state is StoreState.NEW else f"[{self.name}] metadata store is closed")
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("[%s] background task %s died", self.name, task.get_name(), exc_info=task.exception())
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Runs ``fn(*args)`` on the store's loop; callable from any thread; dropped once the loop is gone."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # loop closed between the check and the call
+
+    # ------------------------------------------------------------------------------------------ operations
+
+    async def get(self, path: str) -> Versioned[bytes] | None:
+        """The node's data and version, or None if it does not exist."""
+        validate_path(path)
+        self._check_open()
+        read = await self._get(path)
+        return read.versioned if read is not None else None
+
+    async def exists(self, path: str) -> int | None:
+        """The node's version, or None if it does not exist."""
+        validate_path(path)
+        self._check_open()
+        return await self._exists(path)
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequential: bool = False,
+                     make_parents: bool = True) -> str:
+        """Creates a node and returns its actual path (with the 10-digit suffix when ``sequential``).
+
+        Raises NodeExistsError if it exists; NotFoundError if the parent is missing and not ``make_parents``.
+        Missing parents are created persistent and empty.
+        """
+        validate_path(path)
+        self._check_open()
+        return await self._create(path, _check_data(path, data), ephemeral=ephemeral, sequential=sequential,
+                                  make_parents=make_parents)
+
+    async def set(self, path: str, data: bytes, *, expected_version: int) -> int:
+        """Compare-and-set: writes ``data`` if the node is at ``expected_version`` (-1: any) and returns the
+        new version. Raises BadVersionError on a lost race, NotFoundError if the node is missing."""
+        validate_path(path)
+        self._check_open()
+        return await self._set(path, _check_data(path, data), expected_version)
+
+    async def delete(self, path: str, *, expected_version: int = -1, recursive: bool = False) -> None:
+        """Deletes a node (and with ``recursive`` its subtree, not atomically; ``expected_version`` applies
+        to ``path`` itself). A missing node is a no-op when ``expected_version == -1``, else NotFoundError.
+        NotEmptyError if the node has children and not ``recursive``."""
+        validate_path(path)
+        if path == "/":
+            raise InvalidMetadataError("refusing to delete the root node")
+        self._check_open()
+        if recursive:
+            await self._delete_tree(path, expected_version)
+            return
+        try:
+            await self._delete_one(path, expected_version)
+        except NotFoundError:
+            if expected_version != -1:
+                raise
+
+    async def _delete_tree(self, path: str, expected_version: int) -> None:
+        for _ in range(10):
+            kids = await self._children(path)
+            if kids is None:
+                if expected_version != -1:
+                    raise NotFoundError(f"delete {path}: no such node")
+                return
+            for kid in kids:
+                await self._delete_tree(join_path(path, kid), -1)
+            try:
+                await self._delete_one(path, expected_version)
+                return
+            except NotEmptyError:
+                continue  # a child was created meanwhile
+            except NotFoundError:
+                if expected_version != -1:
+                    raise
+                return
+        raise NotEmptyError(f"delete {path}: children keep appearing")
+
+    async def children(self, path: str) -> list[str]:
+        """The names of the node's children, sorted; [] if the node does not exist."""
+        validate_path(path)
+        self._check_open()
+        return sorted(await self._children(path) or [])
+
+    # ------------------------------------------------------------------------------------------ watches
+
+    def watch_data(self, path: str, callback: DataCallback) -> WatchHandle:
+        """Calls ``callback(Versioned[bytes] | None)`` on the loop now and after every change of the node."""
+        return self._watch(path, "data", callback)
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> WatchHandle:
+        """Calls ``callback(sorted children)`` on the loop now and after every change of the child list."""
+        return self._watch(path, "children", callback)
+
+    def _watch(self, path: str, kind: str, callback: Callable[[Any], Any]) -> WatchHandle:
+        validate_path(path)
+        self._check_open()
+        handle = WatchHandle(self, path, kind, callback)
+        self._watches.add(handle)
+        handle._task = self._spawn(handle._run(), f"watch-{kind}:{path}")
+        return handle
+
+    async def _wait_gone(self, path: str, timeout_s: float) -> bool:
+        """Waits until ``path`` does not exist; True if it vanished within ``timeout_s``."""
+        gone = asyncio.Event()
+        handle = self.watch_data(path, lambda v: gone.set() if v is None else None)
+        try:
+            await asyncio.wait_for(gone.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            handle.cancel()
+
+    # ------------------------------------------------------------------------------------------ sessions
+
+    def add_session_listener(self, callback: Callable[[SessionEvent], Any]) -> None:
+        """``callback(SessionEvent)`` runs on the loop for every session transition."""
+        self._session_listeners.append(callback)
+
+    def remove_session_listener(self, callback: Callable[[SessionEvent], Any]) -> None:
+        if callback in self._session_listeners:
+            self._session_listeners.remove(callback)
+
+    def _session_event(self, event: SessionEvent) -> None:
+        """Applies a session transition (on the loop): bookkeeping, watch refresh, re-registration, listeners."""
+        if self._state in (StoreState.CLOSING, StoreState.CLOSED):
+            return
+        if event is SessionEvent.LOST:
+            if not self._had_session:
+                return
+            self.session_lost_count += 1
+            self._connected.clear()
+            log.warning("[%s] ZooKeeper session LOST (%d so far): its ephemeral nodes are gone; a new session "
+                        "will re-create %d registration(s) and re-arm %d watch(es)", self.name,
+                        self.session_lost_count, len(self._registrations), len(self._watches))
+        elif event is SessionEvent.SUSPENDED:
+            self._connected.clear()
+            log.info("[%s] ZooKeeper connection suspended", self.name)
+        else:
+            self._had_session = True
+            self._connected.set()
+            log.info("[%s] ZooKeeper %s", self.name, event.value)
+            for watch in list(self._watches):
+                watch._mark_dirty()
+            self._resync.set()
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("[%s] session listener failed on %s", self.name, event.value)
+
+    # ------------------------------------------------------------------------------------------ ephemerals
+
+    async def register_ephemeral(self, path: str, data: bytes) -> EphemeralRegistration:
+        """Creates an ephemeral node that this store re-creates after every session loss.
+
+        Raises NodeExistsError if another session holds the path with different content and does not let
+        go within ``ephemeral_conflict_timeout_s``, or if this store already registered the path.
+        """
+        validate_path(path)
+        self._check_open()
+        if path in self._registrations:
+            raise NodeExistsError(f"{path}: already registered by this store")
+        reg = EphemeralRegistration(self, path, _check_data(path, data))
+        self._registrations[path] = reg
+        try:
+            await reg._ensure(self.ephemeral_conflict_timeout_s)
+        except BaseException:
+            if self._registrations.get(path) is reg:
+                del self._registrations[path]
+            reg._closed = True
+            raise
+        return reg
+
+    async def _maintain(self) -> None:
+        """Re-creates registrations after each (re)connection; retries with bounded backoff on failure."""
+        backoff_s = 0.1
+        while True:
+            await self._resync.wait()
+            self._resync.clear()
+            await self._connected.wait()
+            failed = False
+            for reg in list(self._registrations.values()):
+                try:
+                    await reg._ensure(self.ephemeral_conflict_timeout_s)
+                except MetadataError as e:
+                    failed = True
+                    log.warning("[%s] could not re-create ephemeral %s: %s; retrying", self.name, reg.path, e)
+            if failed:
+                await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
+                backoff_s = min(backoff_s * 2, 5.0)
+                self._resync.set()
+            else:
+                backoff_s = 0.1
+
+    # ------------------------------------------------------------------------------------------ backend
+
+    @abc.abstractmethod
+    async def _open(self) -> None:
+        """Connects; returns once the first session is established (and CONNECTED was delivered)."""
+
+    @abc.abstractmethod
+    async def _shutdown(self) -> None:
+        """Ends the session and releases every thread and socket. Idempotent."""
+
+    @abc.abstractmethod
+    def _session_id(self) -> int | None:
+        """The current session's id (an ephemeral node's owner), None while there is none."""
+
+    @abc.abstractmethod
+    async def _get(self, path: str) -> NodeRead | None: ...
+
+    @abc.abstractmethod
+    async def _exists(self, path: str) -> int | None: ...
+
+    @abc.abstractmethod
+    async def _create(self, path: str, data: bytes, *, ephemeral: bool, sequential: bool,
+                      make_parents: bool) -> str: ...
+
+    @abc.abstractmethod
+    async def _set(self, path: str, data: bytes, expected_version: int) -> int: ...
+
+    @abc.abstractmethod
+    async def _delete_one(self, path: str, expected_version: int) -> None:
+        """Deletes one node; NotFoundError if missing (whatever the version), NotEmptyError if it has children."""
+
+    @abc.abstractmethod
+    async def _children(self, path: str) -> list[str] | None:
+        """The children, or None if the node does not exist."""
+
+    @abc.abstractmethod
+    async def _read_watch(self, kind: str, path: str, trigger: Callable[..., None]) -> tuple[Any, Any]:
+        """Reads ``path`` (``kind`` "data" or "children") and arms a one-shot ``trigger`` for its next change,
+        also when it does not exist yet. Returns ``(value, change_token)``."""
+
+
+# The kazoo implementation lives in its own module to keep each focused; it is part of this module's face.
+from .kazoo_store import KazooMetadataStore  # noqa: E402  (needs the names above)
+
+__all__ = ["DataCallback", "ChildrenCallback", "EphemeralRegistration", "KazooMetadataStore", "MetadataStore",
+           "NodeRead", "SessionEvent", "StoreState", "WatchHandle", "join_path", "validate_path"]
