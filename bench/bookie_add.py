@@ -2,10 +2,12 @@
 
     .venv/bin/python bench/bookie_add.py --entry-bytes 1024 --batch 100 --seconds 10
     .venv/bin/python bench/bookie_add.py --entry-bytes 65536 --batch 16 --seconds 10
+    .venv/bin/python bench/bookie_add.py --bookies 3 --qw 2 --batch 50     # striped like a 3/2 ledger
 
 Starts a bookie (``magnetar bookie``) on a temporary data dir unless ``--address`` names a running one,
 streams pipelined AddRequests (``--batch`` entries each, at most ``--inflight`` unanswered), and prints the
-acknowledged entries/s and MB/s. Requests are framed by hand (as the ledger client does), so the client's
+acknowledged entries/s and MB/s. With ``--bookies N --qw Q`` it starts N bookies and sends every batch
+to Q of them (rotating, as a ledger's write sets do); an entry counts once all Q bookies acknowledged it. Requests are framed by hand (as the ledger client does), so the client's
 own cost stays small next to the bookie's.
 """
 
@@ -47,6 +49,7 @@ def _entry(ledger_id: int, entry_id: int, lac: int, payload: bytes) -> bytes:
 
 
 def _spawn(tmp: pathlib.Path, sync: bool) -> tuple[subprocess.Popen, str]:
+    tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     data = tmp / "data"
     config = tmp / "bookie.toml"
@@ -65,44 +68,57 @@ def _spawn(tmp: pathlib.Path, sync: bool) -> tuple[subprocess.Popen, str]:
     return proc, json.loads((data / "endpoints.json").read_text())["grpc"]
 
 
-async def _drive(address: str, args) -> tuple[int, float]:
+async def _drive(addresses: list[str], args) -> tuple[int, float]:
     payload = os.urandom(args.entry_bytes)
     options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
-    async with grpc.aio.insecure_channel(address, options=options) as channel:
-        call = channel.stream_stream(_ADD, request_serializer=None, response_deserializer=None)(
-            wait_for_ready=True
-        )
-        window = asyncio.Semaphore(args.inflight)
-        acked = 0
-        deadline = time.monotonic() + args.seconds
-        started = time.monotonic()
+    channels = [grpc.aio.insecure_channel(a, options=options) for a in addresses]
+    calls = [
+        ch.stream_stream(_ADD, request_serializer=None, response_deserializer=None)(wait_for_ready=True)
+        for ch in channels
+    ]
+    windows = [asyncio.Semaphore(args.inflight) for _ in calls]
+    acks = [0] * len(calls)
+    deadline = time.monotonic() + args.seconds
+    started = time.monotonic()
+    n = len(calls)
 
-        async def writer() -> int:
-            entry_id = 0
-            request_id = 0
-            while time.monotonic() < deadline:
-                await window.acquire()
-                framed = [_entry(args.ledger, entry_id + i, entry_id - 1, payload) for i in range(args.batch)]
-                entry_id += args.batch
-                request_id += 1
-                await call.write(b"\x08" + _varint(request_id) + b"".join(framed))
+    async def writer() -> None:
+        entry_id = 0
+        request_id = 0
+        while time.monotonic() < deadline:
+            request_id += 1
+            targets = [(request_id + i) % n for i in range(args.qw)]
+            for t in targets:
+                await windows[t].acquire()
+            framed = b"".join(_entry(args.ledger, entry_id + i, entry_id - 1, payload) for i in range(args.batch))
+            entry_id += args.batch
+            request = b"\x08" + _varint(request_id) + framed
+            for t in targets:
+                await calls[t].write(request)
+        for call in calls:
             await call.done_writing()
-            return request_id
 
-        task = asyncio.create_task(writer())
-        async for raw in call:
+    async def reader(i: int) -> None:
+        async for raw in calls[i]:
             response = bookie_pb2.AddResponse.FromString(raw)
             if response.status != bookie_pb2.OK:
                 raise SystemExit(f"add failed: {response}")
-            acked += args.batch
-            window.release()
-        await task
-        return acked, time.monotonic() - started
+            acks[i] += args.batch
+            windows[i].release()
+
+    await asyncio.gather(writer(), *(reader(i) for i in range(n)))
+    elapsed = time.monotonic() - started
+    for ch in channels:
+        await ch.close()
+    return sum(acks) // args.qw, elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--address", help="a running bookie's host:port (default: start one)")
+    parser.add_argument("--address", action="append", help="a running bookie's host:port (repeatable; default: "
+                        "start --bookies of them)")
+    parser.add_argument("--bookies", type=int, default=1, help="bookies to start")
+    parser.add_argument("--qw", type=int, default=1, help="bookies each batch goes to")
     parser.add_argument("--entry-bytes", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=100, help="entries per AddRequest")
     parser.add_argument("--inflight", type=int, default=32, help="unanswered AddRequests at most")
@@ -110,21 +126,27 @@ def main() -> None:
     parser.add_argument("--ledger", type=int, default=int.from_bytes(os.urandom(4), "big"), help="ledger id")
     parser.add_argument("--no-sync", action="store_true", help="journal_sync = false (spawned bookie only)")
     args = parser.parse_args()
-    proc = None
+    procs = []
     with tempfile.TemporaryDirectory(prefix="bookie-bench-") as tmp:
-        address = args.address
-        if address is None:
-            proc, address = _spawn(pathlib.Path(tmp), not args.no_sync)
         try:
-            acked, seconds = asyncio.run(_drive(address, args))
+            addresses = args.address
+            if not addresses:
+                for i in range(args.bookies):
+                    proc, address = _spawn(pathlib.Path(tmp) / f"bookie-{i}", not args.no_sync)
+                    procs.append(proc)
+                    addresses = (addresses or []) + [address]
+            if args.qw > len(addresses):
+                raise SystemExit("--qw cannot exceed the number of bookies")
+            acked, seconds = asyncio.run(_drive(addresses, args))
         finally:
-            if proc is not None:
+            for proc in procs:
                 os.killpg(proc.pid, signal.SIGTERM)
+            for proc in procs:
                 proc.wait(timeout=30)
     rate = acked / seconds
     print(f"{acked} entries of {args.entry_bytes} B in {seconds:.1f} s: {rate:,.0f} entries/s, "
           f"{rate * args.entry_bytes / 1e6:,.1f} MB/s (batch {args.batch}, inflight {args.inflight}, "
-          f"sync {'off' if args.no_sync else 'on'})")
+          f"sync {'off' if args.no_sync else 'on'}, {args.qw} of {len(addresses)} bookies)")
 
 
 if __name__ == "__main__":

@@ -46,38 +46,50 @@ async def _run_phase(client: LedgerClient, size: int, seconds: float, rate: floa
     handle = await client.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
     payload = os.urandom(size)
     hist = HdrHistogram(1, 60_000_000, 3)
-    window = asyncio.Semaphore(max(1, window_bytes // size))
+    window_max = max(1, window_bytes // size)
+    room = asyncio.Event()
+    room.set()
+    outstanding = 0
     acked = 0
     errors: list[BaseException] = []
+    record = hist.record_value
+    clock = time.perf_counter
 
     def on_done(fut: asyncio.Future, t0: float) -> None:
-        nonlocal acked
-        window.release()
+        nonlocal acked, outstanding
+        outstanding -= 1
+        if outstanding < window_max:
+            room.set()
         if fut.exception() is not None:
             errors.append(fut.exception())
             return
         acked += 1
-        hist.record_value(max(1, int((time.perf_counter() - t0) * 1e6)))
+        record(max(1, int((clock() - t0) * 1e6)))
 
-    start = time.perf_counter()
+    start = clock()
     deadline = start + seconds
     sent = 0
-    while True:
-        now = time.perf_counter()
-        if now >= deadline or errors:
+    while not errors:
+        now = clock()
+        if now >= deadline:
             break
-        if rate is not None:
-            due = int((now - start) * rate)
-            if sent >= due:
-                await asyncio.sleep(min(0.001, (sent + 1) / rate - (now - start)))
-                continue
-        await window.acquire()
-        t0 = time.perf_counter()
-        fut = handle.add_nowait(payload)
-        fut.add_done_callback(lambda f, t0=t0: on_done(f, t0))
-        sent += 1
+        # Issue everything due now in one go (paced in 1 ms ticks), bounded by the window.
+        due = int((now - start) * rate) if rate is not None else sent + 64
+        burst = min(due - sent, window_max - outstanding)
+        for _ in range(burst):
+            t0 = clock()
+            handle.add_nowait(payload).add_done_callback(lambda f, t0=t0: on_done(f, t0))
+        sent += max(0, burst)
+        outstanding += max(0, burst)
+        if outstanding >= window_max:
+            room.clear()
+            await room.wait()
+        elif rate is not None:
+            await asyncio.sleep(0.001)
+        else:
+            await asyncio.sleep(0)
     await handle.close()
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     if errors:
         raise errors[0]
     return acked / elapsed, acked * size / elapsed / 1e6, hist
@@ -88,13 +100,19 @@ def _line(label: str, rate: float, mbps: float, hist: HdrHistogram) -> str:
     return f"{label}: {rate:,.0f} entries/s, {mbps:.1f} MB/s, p50 {p(50):.1f} ms, p99 {p(99):.1f} ms, p99.9 {p(99.9):.1f} ms"
 
 
-async def bench(zk_connect: str, sizes: list[int], seconds: float, window_bytes: int) -> list[str]:
+async def bench(zk_connect: str, sizes: list[int], seconds: float, window_bytes: int, fixed_rate: float | None = None, inflight: int = 2) -> list[str]:
     store = KazooMetadataStore(zk_connect)
     await store.start()
     lines = []
     try:
-        async with LedgerClient(RegionStore(store), config=LedgerClientConfig()) as client:
+        config = LedgerClientConfig(max_inflight_requests=inflight)
+        async with LedgerClient(RegionStore(store), config=config) as client:
             for size in sizes:
+                if fixed_rate:
+                    rate, mbps, hist = await _run_phase(client, size, seconds, fixed_rate, window_bytes)
+                    lines.append(_line(f"{_fmt_size(size)} @{fixed_rate:.0f}/s", rate, mbps, hist))
+                    print(lines[-1], flush=True)
+                    continue
                 rate, mbps, hist = await _run_phase(client, size, seconds, None, window_bytes)
                 lines.append(_line(f"{_fmt_size(size)} peak", rate, mbps, hist))
                 print(lines[-1], flush=True)
@@ -112,6 +130,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each phase")
     parser.add_argument("--window-mb", type=float, default=16.0, help="outstanding bytes at peak")
     parser.add_argument("--data-dir", help="use the deployment already running in this data dir")
+    parser.add_argument("--rate", type=float, help="only one phase, paced at this many entries/s")
+    parser.add_argument("--inflight", type=int, default=2, help="AddRequests in flight per bookie")
     parser.add_argument("--topology", default=str(REPO / "clusters" / "standalone.toml"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -124,7 +144,7 @@ def main() -> int:
         topology = json.loads((data_dir / "topology.json").read_text())
         region = next(iter(topology["regions"].values()))
         zk_connect = region["zookeeper"]["connect"]
-        asyncio.run(bench(zk_connect, sizes, args.seconds, int(args.window_mb * 1024 * 1024)))
+        asyncio.run(bench(zk_connect, sizes, args.seconds, int(args.window_mb * 1024 * 1024), args.rate, args.inflight))
     finally:
         if own:
             subprocess.run(magnetar + ["down", "--data-dir", str(data_dir)], check=False)

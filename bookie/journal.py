@@ -27,7 +27,7 @@ import os
 import pathlib
 import threading
 import time
-from typing import Callable, Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional
 
 from . import codec
 

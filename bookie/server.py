@@ -126,6 +126,8 @@ class BookieServer:
             await self._disk.close()
         if self._registration is not None:
             await self._registration.close()
+        if self.service is not None:
+            await self.service.drain(timeout_s=self.config.shutdown_grace_ms / 1000)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_ms / 1000)
         if self.storage is not None:

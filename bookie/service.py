@@ -17,7 +17,7 @@ import functools
 import logging
 import shutil
 import time
-from typing import AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Callable
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -33,6 +33,8 @@ log = logging.getLogger("bookie.service")
 
 SERVICE_NAME = "magnetar.bookie.v1.BookieService"
 _PIPELINE_MAX_REQUESTS = 4096
+# Explicit ids of one ReadRequest at most (checking and answering them is work on the event loop).
+READ_IDS_MAX = 1_000_000
 
 
 class _Invalid(Exception):
@@ -83,6 +85,7 @@ class BookieService:
         self.metrics = metrics
         self.bookie_id = bookie_id
         self.closing = False
+        self._add_streams: set[tuple[asyncio.Task, asyncio.Queue]] = set()
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
@@ -102,6 +105,8 @@ class BookieService:
     async def add_entries(self, request_iterator, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         pipeline: asyncio.Queue = asyncio.Queue(_PIPELINE_MAX_REQUESTS)
         reader = asyncio.create_task(self._read_adds(request_iterator, pipeline), name="bookie-add-reader")
+        stream = (reader, pipeline)
+        self._add_streams.add(stream)
         metrics = self.metrics
         try:
             while True:
@@ -128,8 +133,24 @@ class BookieService:
                 metrics.add_latency.observe(time.perf_counter() - received)
                 yield response.SerializeToString()
         finally:
+            self._add_streams.discard(stream)
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def drain(self, *, timeout_s: float = 5.0) -> None:
+        """Shutdown: stops reading every add stream, answers what was accepted, then ends the streams (a
+        client's stream stays open forever otherwise, and the server's grace period would only cut it)."""
+        self.closing = True
+        streams = list(self._add_streams)
+        for reader, _pipeline in streams:
+            reader.cancel()
+        await asyncio.gather(*(reader for reader, _ in streams), return_exceptions=True)
+        try:
+            async with asyncio.timeout(timeout_s):
+                for _reader, pipeline in streams:
+                    await pipeline.put(None)  # after everything accepted so far
+        except TimeoutError:
+            log.warning("add streams did not drain within %.1f s", timeout_s)
 
     async def _read_adds(self, request_iterator, pipeline: asyncio.Queue) -> None:
         storage = self.storage
@@ -171,7 +192,9 @@ class BookieService:
         except Exception as err:
             log.exception("add failed unexpectedly")
             return (INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}", None)
-        return OK_ANSWER if result is None else result
+        if result is None:
+            return ticket.then or OK_ANSWER
+        return result
 
     # -- ReadEntries -------------------------------------------------------------------------------------
 
@@ -183,6 +206,8 @@ class BookieService:
             ids = list(request.entry_ids)
             has_first, has_last = request.HasField("first_entry_id"), request.HasField("last_entry_id")
             if ids:
+                if len(ids) > READ_IDS_MAX:
+                    raise _Invalid(f"{len(ids)} entry_ids in one ReadRequest; at most {READ_IDS_MAX}")
                 if has_first or has_last:
                     raise _Invalid("give either entry_ids or first_entry_id/last_entry_id, not both")
                 for a, b in zip(ids, ids[1:]):

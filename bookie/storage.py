@@ -30,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import fcntl
 import logging
+import os
 import time
 from collections import defaultdict
 from typing import AsyncIterator, Awaitable, NamedTuple, Optional, Sequence
@@ -40,6 +42,7 @@ from magnetar.proto import bookie_pb2
 from . import codec
 from .config import BookieConfig
 from .entrylog import EntryLogWriter, list_entry_logs, read_records
+from .errors import BookieError
 from .gc import Action, GarbageCollector
 from .index import FlushBatch, Index, LedgerRecord, encode_location, entry_key
 from .journal import Journal, JournalClosedError, JournalObserver, Position, ReplayedRecord
@@ -100,16 +103,17 @@ class ReadResult(NamedTuple):
 class AddTicket:
     """The outcome of :meth:`Storage.add`: an immediate ``answer``, or a ``waiter`` to await.
 
-    Awaiting ``waiter`` gives None (every entry stored and durable: OK) or an :data:`AddAnswer`; it raises
-    OSError on a journal failure and JournalClosedError while closing.
+    Awaiting ``waiter`` gives None, meaning the answer is ``then`` (OK unless set), now durable; or an
+    :data:`AddAnswer` of its own. It raises OSError on a journal failure.
     """
 
-    __slots__ = ("answer", "waiter", "entries", "nbytes")
+    __slots__ = ("answer", "waiter", "then", "entries", "nbytes")
 
     def __init__(self, answer: Optional[AddAnswer] = None, waiter: Optional[Awaitable] = None, entries: int = 0,
-                 nbytes: int = 0) -> None:
+                 nbytes: int = 0, then: Optional[AddAnswer] = None) -> None:
         self.answer = answer
         self.waiter = waiter
+        self.then = then
         self.entries = entries
         self.nbytes = nbytes
 
@@ -135,6 +139,7 @@ class Storage:
         self.observer = observer or StorageObserver()
         self.ledgers_dir = config.ledgers_dir
         self.ledgers_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(config.data_dir)
         self.journal = Journal(
             config.journal_dir, max_file_size_bytes=config.journal_max_size_bytes, sync=config.journal_sync,
             observer=self.observer,
@@ -225,6 +230,7 @@ class Storage:
         if self.state is StorageState.NEW:
             self.state = StorageState.CLOSED
             self.index.close()
+            os.close(self._lock_fd)
             return
         self.state = StorageState.CLOSING
         for task in self._tasks:
@@ -239,6 +245,7 @@ class Storage:
             self._storage_pool.shutdown(wait=True)
             self._read_pool.shutdown(wait=True)
             self.index.close()
+            os.close(self._lock_fd)
             self.state = StorageState.CLOSED
             log.info("storage closed")
 
@@ -322,7 +329,9 @@ class Storage:
             lids.append(lid)
             eids.append(eid)
             vals.append((lac, payload))
-        if self.read_only:
+        if self.read_only and not request.recovery:
+            # Recovery adds still pass (as BookKeeper's high-priority writes do): closing a ledger must not
+            # fail because one bookie ran low on disk, and the threshold leaves room for them.
             return AddTicket((READ_ONLY, self.read_only_reason or "the bookie is read-only", None))
         if not lasts:
             ticket = self._add_fast(request, raw, lids[0], eids, vals, max_lac, nbytes)
@@ -422,7 +431,7 @@ class Storage:
             answer = _summarize(statuses, lids, eids)
             if journaled is None:
                 return AddTicket(answer, None, n, nbytes)
-            return AddTicket(None, _then(journaled, answer), n, nbytes)
+            return AddTicket(None, journaled, n, nbytes, then=answer)
         return AddTicket(None, asyncio.ensure_future(self._verify(journaled, statuses, verify, lids, eids)), n, nbytes)
 
     async def _verify(self, journaled, statuses, verify, lids, eids) -> AddAnswer:
@@ -778,9 +787,16 @@ class Storage:
             await asyncio.get_running_loop().run_in_executor(self._storage_pool, self._writer.roll)
 
 
-async def _then(waiter: Awaitable, answer: AddAnswer) -> AddAnswer:
-    await waiter
-    return answer
+def _lock_data_dir(data_dir) -> int:
+    """An exclusive lock on ``<data_dir>/LOCK`` for the life of the process (the kernel drops it at exit,
+    SIGKILL included): two bookies on one data dir would corrupt each other."""
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise BookieError(f"data_dir {data_dir} is in use by another bookie (its LOCK is held)") from None
+    return fd
 
 
 def _not_ascending(ledger_id: int, before: int, after: int) -> AddAnswer:

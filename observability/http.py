@@ -83,6 +83,6 @@ def serve_metrics(
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="metrics-http", daemon=True)
     thread.start()
     return MetricsServer(server, thread)

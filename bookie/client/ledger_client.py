@@ -53,6 +53,9 @@ class LedgerClientConfig:
         suspect_s: how long a bookie that failed a read is tried last.
         entry_max_size_bytes: larger entries are refused before they are sent.
         max_request_bytes: upper bound of one AddRequest (many entries per gRPC message).
+        max_inflight_requests: AddRequests in flight per bookie. Small on purpose (Nagle-like): while
+            requests are in flight, new entries queue up and leave together in the next request, so
+            batches grow with load and the per-request cost (gRPC, fsync) is paid per batch.
         ensemble_change_attempts_max: bound on successive ensemble-change rounds for one failure burst.
         recovery_attempts_max: bound on recovery retries when bookies do not answer.
     """
@@ -65,6 +68,7 @@ class LedgerClientConfig:
     suspect_s: float = 30.0
     entry_max_size_bytes: int = 5 * 1024 * 1024 + 512
     max_request_bytes: int = 4 * 1024 * 1024
+    max_inflight_requests: int = 2
     ensemble_change_attempts_max: int = 8
     recovery_attempts_max: int = 5
 
@@ -122,6 +126,7 @@ class LedgerClient:
                 add_timeout_s=self.config.add_timeout_s,
                 read_timeout_s=self.config.read_timeout_s,
                 max_request_bytes=self.config.max_request_bytes,
+                max_inflight_requests=self.config.max_inflight_requests,
             )
             self._clients[bookie_id] = client
         return client

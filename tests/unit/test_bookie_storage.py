@@ -3,14 +3,12 @@ checkpoints, fencing, deletion and entry-log garbage collection."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pathlib
 import shutil
 
 import pytest
 
-from bookie import codec
 from bookie.config import BookieConfig
 from bookie.entrylog import list_entry_logs
 from bookie.journal import list_journal_files
@@ -48,7 +46,9 @@ async def add(storage: Storage, entries, **kwargs):
     if ticket.answer is not None:
         return ticket.answer
     result = await ticket.waiter
-    return (S.OK, "", None) if result is None else result
+    if result is None:
+        return ticket.then or (S.OK, "", None)
+    return result
 
 
 async def read(storage: Storage, ledger_id: int, entry_ids) -> dict[int, tuple[int, bytes]]:
@@ -163,6 +163,8 @@ async def test_read_only_refuses_adds_but_serves_reads(storage):
     status, message, _ = await add(storage, [(1, 1, b"b")])
     assert status == S.READ_ONLY and "disk_free_min_bytes" in message
     assert await read(storage, 1, [0, 1]) == {0: (S.OK, b"a"), 1: (S.NO_SUCH_ENTRY, b"")}
+    # Recovery adds still pass (a recovery must be able to close a ledger).
+    assert (await add(storage, [(1, 5, b"r")], recovery=True))[0] == S.OK
     storage.set_read_only(False)
     assert (await add(storage, [(1, 1, b"b")]))[0] == S.OK
 
@@ -326,3 +328,10 @@ async def test_add_refused_while_closing(tmp_path):
     live = await open_storage(tmp_path / "a")
     await live.close()
     assert (await add(live, [(1, 0, b"x")]))[0] == S.UNAVAILABLE
+
+
+async def test_a_data_dir_serves_one_bookie_at_a_time(storage):
+    from bookie.errors import BookieError
+
+    with pytest.raises(BookieError, match="in use by another bookie"):
+        Storage(storage.config)
