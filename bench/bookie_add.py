@@ -48,14 +48,14 @@ def _entry(ledger_id: int, entry_id: int, lac: int, payload: bytes) -> bytes:
     return b"\x12" + _varint(len(body)) + body
 
 
-def _spawn(tmp: pathlib.Path, sync: bool) -> tuple[subprocess.Popen, str]:
+def _spawn(tmp: pathlib.Path, sync: bool, extra: list[str]) -> tuple[subprocess.Popen, str]:
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     data = tmp / "data"
     config = tmp / "bookie.toml"
     config.write_text(
         f'bookie_id = "bench"\nport = {port}\ndata_dir = "{data}"\njournal_sync = {"true" if sync else "false"}\n'
-        "disk_free_min_bytes = 0\ndisk_free_resume_bytes = 0\n"
+        "disk_free_min_bytes = 0\ndisk_free_resume_bytes = 0\n" + "".join(f"{kv}\n" for kv in extra)
     )
     log = open(tmp / "bookie.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "magnetar", "bookie", "--config", str(config)],
@@ -78,6 +78,8 @@ async def _drive(addresses: list[str], args) -> tuple[int, float]:
     ]
     windows = [asyncio.Semaphore(args.inflight) for _ in calls]
     acks = [0] * len(calls)
+    sent_at: list[dict[int, float]] = [{} for _ in calls]
+    latencies: list[float] = []
     deadline = time.monotonic() + args.seconds
     started = time.monotonic()
     n = len(calls)
@@ -85,7 +87,14 @@ async def _drive(addresses: list[str], args) -> tuple[int, float]:
     async def writer() -> None:
         entry_id = 0
         request_id = 0
+        interval = args.batch / args.rate if args.rate else 0.0
+        next_at = time.monotonic()
         while time.monotonic() < deadline:
+            if interval:
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             request_id += 1
             targets = [(request_id + i) % n for i in range(args.qw)]
             for t in targets:
@@ -94,6 +103,7 @@ async def _drive(addresses: list[str], args) -> tuple[int, float]:
             entry_id += args.batch
             request = b"\x08" + _varint(request_id) + framed
             for t in targets:
+                sent_at[t][request_id] = time.monotonic()
                 await calls[t].write(request)
         for call in calls:
             await call.done_writing()
@@ -104,13 +114,37 @@ async def _drive(addresses: list[str], args) -> tuple[int, float]:
             if response.status != bookie_pb2.OK:
                 raise SystemExit(f"add failed: {response}")
             acks[i] += args.batch
+            latencies.append(time.monotonic() - sent_at[i].pop(response.request_id))
             windows[i].release()
 
     await asyncio.gather(writer(), *(reader(i) for i in range(n)))
     elapsed = time.monotonic() - started
     for ch in channels:
         await ch.close()
+    latencies.sort()
+    if latencies:
+        pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
+        print(f"request latency ms: p50 {pick(0.5):.1f}, p99 {pick(0.99):.1f}, p99.9 {pick(0.999):.1f}, "
+              f"max {latencies[-1] * 1000:.1f}")
     return sum(acks) // args.qw, elapsed
+
+
+def _print_bookie_latency(tmp: pathlib.Path, n: int) -> None:
+    """The spawned bookies' own view: journal fsync and add latency histograms (bucket counts)."""
+    import urllib.request
+
+    for i in range(n):
+        http = json.loads((tmp / f"bookie-{i}" / "data" / "endpoints.json").read_text())["http"]
+        text = urllib.request.urlopen(f"http://{http}/metrics", timeout=5).read().decode()
+        for name in ("magnetar_bookie_journal_sync_latency_seconds", "magnetar_bookie_add_latency_seconds"):
+            buckets = []
+            for line in text.splitlines():
+                if line.startswith(name + "_bucket"):
+                    le = line.split('le="')[1].split('"')[0]
+                    buckets.append((le, float(line.rsplit(" ", 1)[1])))
+            total = buckets[-1][1] or 1
+            row = ", ".join(f"<={le}s {count / total:.3f}" for le, count in buckets if le in ("0.005", "0.025", "0.1", "0.5"))
+            print(f"bookie-{i} {name.removeprefix('magnetar_bookie_')}: n={int(total)} {row}")
 
 
 def main() -> None:
@@ -123,7 +157,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="entries per AddRequest")
     parser.add_argument("--inflight", type=int, default=32, help="unanswered AddRequests at most")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=0.0, help="offered entries/s (0: as fast as acked)")
     parser.add_argument("--ledger", type=int, default=int.from_bytes(os.urandom(4), "big"), help="ledger id")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra bookie.toml line for spawned bookies, e.g. --set flush_interval_ms=500")
     parser.add_argument("--no-sync", action="store_true", help="journal_sync = false (spawned bookie only)")
     args = parser.parse_args()
     procs = []
@@ -132,12 +169,14 @@ def main() -> None:
             addresses = args.address
             if not addresses:
                 for i in range(args.bookies):
-                    proc, address = _spawn(pathlib.Path(tmp) / f"bookie-{i}", not args.no_sync)
+                    proc, address = _spawn(pathlib.Path(tmp) / f"bookie-{i}", not args.no_sync, args.set)
                     procs.append(proc)
                     addresses = (addresses or []) + [address]
             if args.qw > len(addresses):
                 raise SystemExit("--qw cannot exceed the number of bookies")
             acked, seconds = asyncio.run(_drive(addresses, args))
+            if procs:
+                _print_bookie_latency(pathlib.Path(tmp), len(procs))
         finally:
             for proc in procs:
                 os.killpg(proc.pid, signal.SIGTERM)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
+
+from magnetar.proto import bookie_pb2
 
 from . import codec
-from .index import Location
+from .index import Index, Location
 from .journal import fsync_dir
 
 log = logging.getLogger("bookie.entrylog")
@@ -128,6 +130,49 @@ class EntryLogWriter:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
+
+
+class ReadResult(NamedTuple):
+    entry_id: int
+    status: int  # OK, NO_SUCH_ENTRY or INTERNAL (bookie_pb2.Status)
+    last_add_confirmed: int
+    payload: bytes
+
+
+def read_indexed(
+    index: Index, directory: pathlib.Path, ledger_id: int, entry_ids: list[int], budget_bytes: int
+) -> list[ReadResult]:
+    """Index lookups and entry-log reads of the longest prefix of ``entry_ids`` (at least one) whose records
+    fit ``budget_bytes``. Runs in the read pool; retries when garbage collection moved records meanwhile."""
+    status = bookie_pb2.Status
+    for _attempt in range(5):
+        locations = index.get_many(ledger_id, entry_ids)
+        take = 0
+        total = 0
+        for loc in locations:
+            if take and loc is not None and total + loc.size > budget_bytes:
+                break
+            take += 1
+            if loc is not None:
+                total += loc.size
+        wanted = [(eid, loc) for eid, loc in zip(entry_ids[:take], locations[:take]) if loc is not None]
+        try:
+            records = iter(read_records(directory, ledger_id, wanted))
+        except FileNotFoundError:
+            continue  # compacted or removed after our index lookup: look again
+        out = []
+        for eid, loc in zip(entry_ids[:take], locations[:take]):
+            if loc is None:
+                out.append(ReadResult(eid, status.NO_SUCH_ENTRY, -1, b""))
+                continue
+            record = next(records)
+            if isinstance(record, codec.CorruptRecord):
+                log.error("read of ledger %d: %s", ledger_id, record)
+                out.append(ReadResult(eid, status.INTERNAL, -1, b""))
+            else:
+                out.append(ReadResult(eid, status.OK, record.last_add_confirmed, record.payload))
+        return out
+    raise OSError(f"entry logs of ledger {ledger_id} kept vanishing under the read")
 
 
 def read_records(

@@ -27,7 +27,8 @@ from magnetar.proto import bookie_pb2
 
 from .journal import JournalClosedError
 from .metrics import BookieMetrics
-from .storage import INTERNAL, INVALID, OK_ANSWER, UNAVAILABLE, AddTicket, Storage
+from .adds import INTERNAL, INVALID, OK_ANSWER, UNAVAILABLE, AddTicket
+from .storage import Storage
 
 log = logging.getLogger("bookie.service")
 

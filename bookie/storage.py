@@ -35,33 +35,26 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import AsyncIterator, Awaitable, NamedTuple, Optional, Sequence
+from typing import AsyncIterator, NamedTuple, Optional, Sequence
 
 from magnetar.proto import bookie_pb2
 
 from . import codec
+from .adds import (CONFLICT, FENCED, INTERNAL, NO_SUCH_ENTRY, NO_SUCH_LEDGER, OK, OK_ANSWER, READ_ONLY, SHUTTING_DOWN,
+                   AddAnswer, AddTicket, Refused, summarize, validate)
 from .config import BookieConfig
-from .entrylog import EntryLogWriter, list_entry_logs, read_records
+from .entrylog import EntryLogWriter, ReadResult, list_entry_logs, read_indexed
 from .errors import BookieError
 from .gc import Action, GarbageCollector
 from .index import FlushBatch, Index, LedgerRecord, encode_location, entry_key
 from .journal import Journal, JournalClosedError, JournalObserver, Position, ReplayedRecord
+from .writecache import WriteCache
 
 log = logging.getLogger("bookie.storage")
 
-S = bookie_pb2.Status
-OK, INVALID, FENCED, READ_ONLY = S.OK, S.INVALID_ARGUMENT, S.FENCED, S.READ_ONLY
-NO_SUCH_ENTRY, NO_SUCH_LEDGER, CONFLICT, TOO_LARGE = S.NO_SUCH_ENTRY, S.NO_SUCH_LEDGER, S.ENTRY_CONFLICT, S.TOO_LARGE
-INTERNAL, UNAVAILABLE, PARTIAL = S.INTERNAL, S.UNAVAILABLE, S.PARTIAL
-
-MAX_ID = (1 << 63) - 1
 READ_CHUNK_BYTES = 1024 * 1024
 READ_CHUNK_ENTRIES = 8192
 _DISK_RUN_MAX = 512
-
-# (status, message, per-entry statuses or None)
-AddAnswer = tuple[int, str, Optional[list[int]]]
-OK_ANSWER: AddAnswer = (OK, "", None)
 
 
 class StorageState(enum.Enum):
@@ -91,31 +84,6 @@ class LacInfo(NamedTuple):
     last_entry_id: int
     fenced: bool
     known: bool
-
-
-class ReadResult(NamedTuple):
-    entry_id: int
-    status: int
-    last_add_confirmed: int
-    payload: bytes
-
-
-class AddTicket:
-    """The outcome of :meth:`Storage.add`: an immediate ``answer``, or a ``waiter`` to await.
-
-    Awaiting ``waiter`` gives None, meaning the answer is ``then`` (OK unless set), now durable; or an
-    :data:`AddAnswer` of its own. It raises OSError on a journal failure.
-    """
-
-    __slots__ = ("answer", "waiter", "then", "entries", "nbytes")
-
-    def __init__(self, answer: Optional[AddAnswer] = None, waiter: Optional[Awaitable] = None, entries: int = 0,
-                 nbytes: int = 0, then: Optional[AddAnswer] = None) -> None:
-        self.answer = answer
-        self.waiter = waiter
-        self.then = then
-        self.entries = entries
-        self.nbytes = nbytes
 
 
 class StorageObserver(JournalObserver):
@@ -153,16 +121,14 @@ class Storage:
         self._flush_trigger = max(1, config.write_cache_max_bytes // 2)
         self._ledgers: dict[int, LedgerState] = {}
         self._live_ledgers = 0
-        self._active: dict[int, dict[int, tuple[int, bytes]]] = {}
-        self._active_bytes = 0
-        self._flushing: dict[int, dict[int, tuple[int, bytes]]] = {}
-        self._flushing_bytes = 0
+        self._cache = WriteCache()
         self._dirty: set[int] = set()
         self._pending_deletes: list[int] = []
         self._committed_deleted: set[int] = set()  # storage thread only
         self._storage_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
         self._read_pool = concurrent.futures.ThreadPoolExecutor(config.read_threads, thread_name_prefix="bookie-read")
         self._writer: Optional[EntryLogWriter] = None
+        self._checkpoint: Optional[Position] = None  # the last one committed
         self._gc: Optional[GarbageCollector] = None
         self._flush_lock: Optional[asyncio.Lock] = None
         self._flush_wanted: Optional[asyncio.Event] = None
@@ -209,18 +175,18 @@ class Storage:
             directory=self.ledgers_dir, index=self.index, writer=self._writer, deleted=self._committed_deleted,
             compaction_live_ratio=self.config.gc_compaction_live_ratio,
         )
-        checkpoint = self.index.checkpoint()
+        checkpoint = self._checkpoint = self.index.checkpoint()
         started = time.monotonic()
         count = 0
         for record in self.journal.replay(checkpoint):
             self._apply_replayed(record)
             count += 1
-            if self._active_bytes >= self._flush_trigger:
+            if self._cache.active_bytes >= self._flush_trigger:
                 self._flush_replayed(record.end)
         self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
         log.info(
             "storage open: %d ledgers, %d journal records replayed from %s in %.2f s, %d bytes cached",
-            self._live_ledgers, count, checkpoint, time.monotonic() - started, self._active_bytes,
+            self._live_ledgers, count, checkpoint, time.monotonic() - started, self._cache.active_bytes,
         )
 
     async def close(self) -> None:
@@ -264,7 +230,7 @@ class Storage:
 
     @property
     def cached_bytes(self) -> int:
-        return self._active_bytes + self._flushing_bytes
+        return self._cache.total_bytes
 
     def set_read_only(self, read_only: bool, reason: str = "") -> None:
         self.read_only = read_only
@@ -279,7 +245,8 @@ class Storage:
 
     async def wait_for_room(self) -> None:
         """Backpressure: waits while the write cache (active + flushing) is full."""
-        while self._active_bytes and self._active_bytes + self._flushing_bytes >= self._cache_max:
+        cache = self._cache
+        while cache.active_bytes and cache.total_bytes >= self._cache_max:
             self._flush_wanted.set()
             self._room.clear()
             await self._room.wait()
@@ -287,87 +254,52 @@ class Storage:
     def add(self, request: bookie_pb2.AddRequest, raw: bytes) -> AddTicket:
         """Accepts an AddRequest (``raw``: its serialized bytes, journaled as they are when possible)."""
         if self.state is not StorageState.OPEN:
-            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
-        entries = request.entries
-        n = len(entries)
-        if n == 0:
+            return AddTicket(SHUTTING_DOWN)
+        if not request.entries:
             return AddTicket(OK_ANSWER)
-        max_size = self._entry_max
-        lids: list[int] = []
-        eids: list[int] = []
-        vals: list[tuple[int, bytes]] = []
-        nbytes = 0
-        max_lac = -1
-        prev_lid = -1
-        prev_eid = -1
-        lasts: dict[int, int] = {}
-        for e in entries:
-            lid = e.ledger_id
-            eid = e.entry_id
-            payload = e.payload
-            size = len(payload)
-            if size > max_size:
-                return AddTicket((TOO_LARGE, f"entry {lid}:{eid} has {size} bytes, more than the bookie's "
-                                             f"entry_max_size_bytes={max_size}", None))
-            if lid == prev_lid:
-                if eid <= prev_eid:
-                    return AddTicket(_not_ascending(lid, prev_eid, eid))
-            else:
-                if prev_lid >= 0:
-                    lasts[prev_lid] = prev_eid
-                last = lasts.get(lid)
-                if last is not None and eid <= last:
-                    return AddTicket(_not_ascending(lid, last, eid))
-                prev_lid = lid
-            if eid > MAX_ID:
-                return AddTicket((INVALID, f"entry id {eid} of ledger {lid} is out of range", None))
-            prev_eid = eid
-            lac = e.last_add_confirmed
-            if lac > max_lac:
-                max_lac = lac
-            nbytes += size
-            lids.append(lid)
-            eids.append(eid)
-            vals.append((lac, payload))
+        try:
+            add = validate(request, entry_max_size_bytes=self._entry_max)
+        except Refused as refused:
+            return AddTicket(refused.answer)
         if self.read_only and not request.recovery:
             # Recovery adds still pass (as BookKeeper's high-priority writes do): closing a ledger must not
             # fail because one bookie ran low on disk, and the threshold leaves room for them.
             return AddTicket((READ_ONLY, self.read_only_reason or "the bookie is read-only", None))
-        if not lasts:
-            ticket = self._add_fast(request, raw, lids[0], eids, vals, max_lac, nbytes)
+        if add.single_ledger:
+            ticket = self._add_fast(request, raw, add)
             if ticket is not None:
                 return ticket
-        return self._add_general(request, raw, lids, eids, vals, nbytes)
+        return self._add_general(request, raw, add)
 
-    def _add_fast(self, request, raw, lid, eids, vals, max_lac, nbytes) -> Optional[AddTicket]:
+    def _add_fast(self, request, raw, add) -> Optional[AddTicket]:
         """One ledger, every entry new (the common case): one dict update, the raw bytes journaled."""
+        lid = add.ledger_ids[0]
+        eids = add.entry_ids
         state = self._ledgers.get(lid)
         if state is None:
             state = self._new_ledger(lid)
         elif state.deleted or (state.fenced and not request.recovery) or eids[0] <= state.last_entry_id:
             return None
-        cache = self._active.get(lid)
-        if cache is None:
-            cache = self._active[lid] = {}
-        cache.update(zip(eids, vals))
+        self._cache.ledger(lid).update(zip(eids, add.values))
         state.last_entry_id = eids[-1]
-        if max_lac > state.lac:
-            state.lac = max_lac
+        if add.max_lac > state.lac:
+            state.lac = add.max_lac
         self._dirty.add(lid)
-        self._account(nbytes)
+        self._account(add.nbytes)
         try:
             waiter = self.journal.append(codec.RecordType.ADD, raw, len(eids))
         except JournalClosedError:
-            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
-        return AddTicket(None, waiter, len(eids), nbytes)
+            return AddTicket(SHUTTING_DOWN)
+        return AddTicket(None, waiter, len(eids), add.nbytes)
 
-    def _add_general(self, request, raw, lids, eids, vals, nbytes) -> AddTicket:
+    def _add_general(self, request, raw, add) -> AddTicket:
+        lids, eids, vals, nbytes = add.ledger_ids, add.entry_ids, add.values, add.nbytes
         n = len(lids)
         statuses = [OK] * n
         keep: list[int] = []  # journaled: newly stored, or already cached with the same bytes
         verify: list[tuple[int, int, int, bytes]] = []  # found in entry logs: compare bytes off the loop
         recovery = request.recovery
-        ledgers, active, flushing, index = self._ledgers, self._active, self._flushing, self.index
+        ledgers, cache, index = self._ledgers, self._cache, self.index
         cur = -1
         state = None
         ledger_status = OK
@@ -387,8 +319,8 @@ class Storage:
                 else:
                     ledger_status = OK
                     self._dirty.add(lid)
-                a_l = active.get(lid)
-                f_l = flushing.get(lid)
+                a_l = cache.active.get(lid)
+                f_l = cache.flushing.get(lid)
             if ledger_status:
                 statuses[i] = ledger_status
                 continue
@@ -408,7 +340,7 @@ class Storage:
                     verify.append((i, lid, eid, val[1]))
                     continue
             if a_l is None:
-                a_l = active[lid] = {}
+                a_l = cache.ledger(lid)
             a_l[eid] = val
             stored_bytes += len(val[1])
             if eid > state.last_entry_id:
@@ -426,9 +358,9 @@ class Storage:
                 subset = bookie_pb2.AddRequest(entries=[entries[i] for i in keep])
                 journaled = self.journal.append(codec.RecordType.ADD, subset.SerializeToString(), len(keep))
         except JournalClosedError:
-            return AddTicket((UNAVAILABLE, "the bookie is shutting down", None))
+            return AddTicket(SHUTTING_DOWN)
         if not verify:
-            answer = _summarize(statuses, lids, eids)
+            answer = summarize(statuses, lids, eids)
             if journaled is None:
                 return AddTicket(answer, None, n, nbytes)
             return AddTicket(None, journaled, n, nbytes, then=answer)
@@ -445,11 +377,11 @@ class Storage:
                 statuses[i] = OK if result.payload == payload else CONFLICT
             else:
                 statuses[i] = result.status if result.status == INTERNAL else NO_SUCH_ENTRY
-        return _summarize(statuses, lids, eids)
+        return summarize(statuses, lids, eids)
 
     def _account(self, nbytes: int) -> None:
-        self._active_bytes += nbytes
-        if self._active_bytes >= self._flush_trigger:
+        self._cache.added(nbytes)
+        if self._cache.active_bytes >= self._flush_trigger:
             self._flush_wanted.set()
 
     # -- fence, delete, LAC --------------------------------------------------------------------------------
@@ -505,9 +437,7 @@ class Storage:
         self._live_ledgers -= 1
         self._dirty.add(ledger_id)
         self._pending_deletes.append(ledger_id)
-        cached = self._active.pop(ledger_id, None)
-        if cached:
-            self._active_bytes -= sum(len(v[1]) for v in cached.values())
+        self._cache.drop_ledger(ledger_id)
 
     def _check_open(self) -> None:
         if self.state is not StorageState.OPEN:
@@ -553,53 +483,16 @@ class Storage:
             yield out
 
     def _cached(self, ledger_id: int, entry_id: int) -> Optional[tuple[int, bytes]]:
-        a_l = self._active.get(ledger_id)
-        if a_l is not None:
-            hit = a_l.get(entry_id)
-            if hit is not None:
-                return hit
-        f_l = self._flushing.get(ledger_id)
-        if f_l is not None:
-            return f_l.get(entry_id)
-        return None
+        return self._cache.get(ledger_id, entry_id)
 
     async def _read_from_logs(self, ledger_id: int, entry_ids: list[int], budget_bytes: int) -> list[ReadResult]:
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self._read_pool, self._read_sync, ledger_id, entry_ids, budget_bytes)
+        results = await loop.run_in_executor(
+            self._read_pool, read_indexed, self.index, self.ledgers_dir, ledger_id, entry_ids, budget_bytes
+        )
         if any(r.status == INTERNAL for r in results):
             self.observer.on_corrupt_read()
         return results
-
-    def _read_sync(self, ledger_id: int, entry_ids: list[int], budget_bytes: int) -> list[ReadResult]:
-        """Index lookups and entry-log reads of a prefix of ``entry_ids`` fitting ``budget_bytes`` (>= 1)."""
-        for attempt in range(5):
-            locations = self.index.get_many(ledger_id, entry_ids)
-            take = 0
-            total = 0
-            for loc in locations:
-                if take and loc is not None and total + loc.size > budget_bytes:
-                    break
-                take += 1
-                if loc is not None:
-                    total += loc.size
-            wanted = [(eid, loc) for eid, loc in zip(entry_ids[:take], locations[:take]) if loc is not None]
-            try:
-                records = iter(read_records(self.ledgers_dir, ledger_id, wanted))
-            except FileNotFoundError:
-                continue  # garbage collection moved them meanwhile: look again
-            out = []
-            for eid, loc in zip(entry_ids[:take], locations[:take]):
-                if loc is None:
-                    out.append(ReadResult(eid, NO_SUCH_ENTRY, -1, b""))
-                    continue
-                record = next(records)
-                if isinstance(record, codec.CorruptRecord):
-                    log.error("read of ledger %d: %s", ledger_id, record)
-                    out.append(ReadResult(eid, INTERNAL, -1, b""))
-                else:
-                    out.append(ReadResult(eid, OK, record.last_add_confirmed, record.payload))
-            return out
-        raise OSError(f"entry logs of ledger {ledger_id} kept vanishing under the read")
 
     # -- flush ---------------------------------------------------------------------------------------------
 
@@ -622,12 +515,13 @@ class Storage:
     async def flush(self) -> None:
         """Flushes the write cache to entry logs + index and advances the checkpoint (no-op when clean)."""
         async with self._flush_lock:
-            if not self._active and not self._dirty and not self._pending_deletes:
-                return
-            snapshot, nbytes = self._active, self._active_bytes
-            self._flushing, self._flushing_bytes = snapshot, nbytes
-            self._active, self._active_bytes = {}, 0
             checkpoint = self.journal.written_position
+            if not self._cache.active and not self._dirty and not self._pending_deletes:
+                if checkpoint == self._checkpoint or self.state is StorageState.NEW:
+                    return
+                # Nothing to write, but the journal moved on (a restart opened a new file, or only barriers
+                # and already-applied records were written): advancing the checkpoint lets old files go.
+            snapshot, nbytes = self._cache.swap()
             states = {lid: self._ledgers[lid].record() for lid in self._dirty}
             deletes = self._pending_deletes
             self._dirty, self._pending_deletes = set(), []
@@ -647,20 +541,13 @@ class Storage:
             self.observer.on_flush(entries, nbytes, time.perf_counter() - started)
 
     def _finish_flush(self, job, snapshot, states, deletes) -> None:
-        self._flushing, self._flushing_bytes = {}, 0
         if job.cancelled() or job.exception() is not None:
             # Put everything back so that nothing is lost and the next flush retries it.
-            for lid, entries in snapshot.items():
-                state = self._ledgers.get(lid)
-                if state is None or state.deleted:
-                    continue
-                merged = self._active.setdefault(lid, {})
-                for eid, val in entries.items():
-                    if eid not in merged:
-                        merged[eid] = val
-                        self._active_bytes += len(val[1])
+            self._cache.restore(snapshot, keep=lambda lid: not self._ledgers[lid].deleted)
             self._dirty.update(states)
             self._pending_deletes[:0] = deletes
+        else:
+            self._cache.flushed()
         self._room.set()
 
     def _flush_sync(
@@ -692,6 +579,7 @@ class Storage:
         self.index.commit_flush(FlushBatch(locations, states, deletes, dict(usage), checkpoint))
         self._committed_deleted.update(deletes)
         if checkpoint is not None:
+            self._checkpoint = checkpoint
             removed = self.journal.reclaim(checkpoint)
             if removed:
                 log.info("checkpoint %s: %d journal files removed", checkpoint, removed)
@@ -720,8 +608,8 @@ class Storage:
                 if eid <= state.last_entry_id and self.index.get(lid, eid) is not None:
                     continue
                 payload = e.payload
-                self._active.setdefault(lid, {})[eid] = (e.last_add_confirmed, payload)
-                self._active_bytes += len(payload)
+                self._cache.ledger(lid)[eid] = (e.last_add_confirmed, payload)
+                self._cache.added(len(payload))
                 state.last_entry_id = max(state.last_entry_id, eid)
                 state.lac = max(state.lac, e.last_add_confirmed)
                 self._dirty.add(lid)
@@ -738,10 +626,11 @@ class Storage:
 
     def _flush_replayed(self, checkpoint: Position) -> None:
         """A flush during replay (storage thread, nothing else running): bounds memory on a long journal."""
-        snapshot, self._active, self._active_bytes = self._active, {}, 0
+        snapshot, _nbytes = self._cache.swap()
         states = {lid: self._ledgers[lid].record() for lid in self._dirty}
         deletes, self._dirty, self._pending_deletes = self._pending_deletes, set(), []
         self._flush_sync(snapshot, states, deletes, checkpoint)
+        self._cache.flushed()
 
     # -- garbage collection ------------------------------------------------------------------------------
 
@@ -797,33 +686,3 @@ def _lock_data_dir(data_dir) -> int:
         os.close(fd)
         raise BookieError(f"data_dir {data_dir} is in use by another bookie (its LOCK is held)") from None
     return fd
-
-
-def _not_ascending(ledger_id: int, before: int, after: int) -> AddAnswer:
-    return (
-        INVALID,
-        f"entry ids of ledger {ledger_id} must be strictly ascending within a request: {after} follows {before}; "
-        f"nothing of the request was stored",
-        None,
-    )
-
-
-_EXPLAIN = {
-    FENCED: "ledger {lid} is fenced (a recovery took it over)",
-    NO_SUCH_LEDGER: "ledger {lid} was deleted on this bookie",
-    CONFLICT: "entry {lid}:{eid} is already stored with other bytes",
-    NO_SUCH_ENTRY: "entry {lid}:{eid} vanished while being compared",
-    INTERNAL: "entry {lid}:{eid} could not be read back for comparison",
-}
-
-
-def _summarize(statuses: list[int], lids: list[int], eids: list[int]) -> AddAnswer:
-    first_bad = next((i for i, s in enumerate(statuses) if s != OK), None)
-    if first_bad is None:
-        return OK_ANSWER
-    status = statuses[first_bad]
-    message = _EXPLAIN.get(status, "entry {lid}:{eid} refused").format(lid=lids[first_bad], eid=eids[first_bad])
-    if all(s == status for s in statuses):
-        return (status, message, None)
-    return (PARTIAL, f"entries had different outcomes; first refusal: {message}", list(statuses))
-

@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import urllib.request
 
 import grpc
@@ -82,12 +83,11 @@ class Client:
 
 
 async def stream_until_killed(client: Client, bookie: BookieProcess, ledgers: list[int], *, kill_after_acks: int,
-                              entry_bytes: int, batch: int) -> dict[tuple[int, int], bytes]:
+                              entry_bytes: int, batch: int, window: int = 64) -> dict[tuple[int, int], bytes]:
     """Streams pipelined adds and SIGKILLs the bookie once ``kill_after_acks`` requests were acknowledged;
     returns every entry whose request was acknowledged OK."""
     sent: dict[int, list[tuple[int, int, bytes]]] = {}
     acked: dict[tuple[int, int], bytes] = {}
-    queue: asyncio.Queue = asyncio.Queue()
     next_entry = {l: 0 for l in ledgers}
 
     async def requests():
@@ -100,11 +100,11 @@ async def stream_until_killed(client: Client, bookie: BookieProcess, ledgers: li
             next_entry[ledger] += batch
             sent[request_id] = entries
             yield add_request(request_id, entries).SerializeToString()
-            if len(sent) - len(acked) // batch > 64:
+            while len(sent) - count > window:  # a bounded pipeline, as a client keeps
                 await asyncio.sleep(0.001)
 
-    call = client.raw("AddEntries", "stream_stream")(requests())
     count = 0
+    call = client.raw("AddEntries", "stream_stream")(requests())
     try:
         async for raw in call:
             response = pb.AddResponse.FromString(raw)
@@ -120,12 +120,13 @@ async def stream_until_killed(client: Client, bookie: BookieProcess, ledgers: li
     return acked
 
 
-def index_entry_count(bookie: BookieProcess) -> int:
+def indexed_entries(bookie: BookieProcess) -> set[tuple[int, int]]:
+    """(ledger, entry) of every entry the (stopped) bookie's index holds, i.e. flushed to entry logs."""
     env = lmdb.open(str(bookie.data_dir / "ledgers" / "index"), readonly=True, max_dbs=4, lock=False)
     try:
         db = env.open_db(b"entries", create=False)
         with env.begin(db=db) as txn:
-            return txn.stat(db)["entries"]
+            return {struct.unpack(">QQ", key) for key, _ in txn.cursor()}
     finally:
         env.close()
 
@@ -146,10 +147,23 @@ async def test_sigkill_loses_no_acknowledged_entry(bookie_factory):
     )
     client = Client(bookie.address)
     try:
-        acked = await stream_until_killed(client, bookie, [11, 12, 13], kill_after_acks=300, entry_bytes=2000, batch=8)
-        assert len(acked) >= 300 * 8
-        flushed = index_entry_count(bookie)
-        assert 0 < flushed < len(acked), f"want some entries flushed and some only journaled: {flushed} of {len(acked)}"
+        # Phase 1 passes the size trigger (half the write cache): a flush writes entry logs and the index.
+        first = [(10, e, payload(10, e, 2000)) for e in range(1500)]
+        responses = await client.add([add_request(i, first[i * 10 : i * 10 + 10]) for i in range(150)])
+        assert all(r.status == S.OK for r in responses)
+        await wait_for_async(lambda: _metric(bookie, "magnetar_bookie_flush_latency_seconds_count") >= 1, 30,
+                             what="a size-triggered flush")
+        # Phase 2 stays below the next trigger (journal only) and is cut short by SIGKILL mid-stream.
+        acked = await stream_until_killed(
+            client, bookie, [11, 12, 13], kill_after_acks=20, entry_bytes=2000, batch=8, window=16
+        )
+        acked.update({(l, e): p for l, e, p in first})
+        flushed = indexed_entries(bookie)
+        journal_only = set(acked) - flushed
+        assert journal_only and set(acked) & flushed, (
+            f"want acknowledged entries both flushed and only journaled: {len(journal_only)} of {len(acked)} "
+            f"journal-only"
+        )
         bookie.process.start()
         await assert_all_readable(client, acked)
         # The bookie keeps taking adds after the restart.
@@ -157,6 +171,14 @@ async def test_sigkill_loses_no_acknowledged_entry(bookie_factory):
         assert response.status == S.OK
     finally:
         await client.close()
+
+
+def _metric(bookie: BookieProcess, name: str) -> float:
+    text = urllib.request.urlopen(bookie.metrics_url, timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
 
 
 async def test_torn_journal_tail_is_cut_at_restart(bookie_factory):

@@ -3,7 +3,6 @@ checkpoints, fencing, deletion and entry-log garbage collection."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 
@@ -335,3 +334,10 @@ async def test_a_data_dir_serves_one_bookie_at_a_time(storage):
 
     with pytest.raises(BookieError, match="in use by another bookie"):
         Storage(storage.config)
+
+
+async def test_restarts_without_writes_do_not_pile_up_journal_files(tmp_path):
+    for _ in range(4):
+        s = await open_storage(tmp_path / "a")
+        await s.close()
+    assert len(list_journal_files(tmp_path / "a" / "journal")) == 1
