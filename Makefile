@@ -32,6 +32,7 @@ down:
 
 proto: install
 	$(VENV)/bin/python -m magnetar.proto.generate
+	$(VENV)/bin/python -m magnetar.protocol.generate
 
 clean:
 	rm -rf $(VENV) .magnetar

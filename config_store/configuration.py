@@ -233,7 +233,8 @@ class ConfigurationStore:
 
         handle = self.store.watch_data(path, on_data)
         try:
-            await asyncio.wait_for(first.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await first.wait()
         except TimeoutError:
             handle.cancel()
             raise MetadataUnavailableError(f"watch {path}: no answer within {timeout_s:g}s") from None

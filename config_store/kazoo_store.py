@@ -85,7 +85,8 @@ class KazooMetadataStore(MetadataStore):
         self._client.add_listener(self._on_kazoo_state)
         self._client.start_async()
         try:
-            await asyncio.wait_for(self._connected.wait(), self._connect_timeout_s)
+            async with asyncio.timeout(self._connect_timeout_s):
+                await self._connected.wait()
         except TimeoutError:
             raise MetadataUnavailableError(
                 f"could not connect to ZooKeeper {self.hosts} within {self._connect_timeout_s:g}s") from None
@@ -166,9 +167,11 @@ class KazooMetadataStore(MetadataStore):
         while True:
             self._check_open()
             try:
-                if not self._connected.is_set():
-                    await asyncio.wait_for(self._connected.wait(), max(deadline - loop.time(), 0))
-                return await asyncio.wait_for(self._bridge(start()), max(deadline - loop.time(), 0.001))
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
+                # arrives together with the answer, which would keep a cancelled watch task alive.
+                async with asyncio.timeout_at(deadline):
+                    await self._connected.wait()
+                    return await self._bridge(start())
             except TimeoutError:
                 error: MetadataError = MetadataUnavailableError(
                     f"{op} {path}: no connection to ZooKeeper {self.hosts} within the operation deadline")

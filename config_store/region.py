@@ -197,7 +197,8 @@ class BookieCache:
             self._folder_watches[read_only] = self._store.watch_children(
                 base, functools.partial(self._on_folder, read_only))
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._ready.wait()
         except TimeoutError:
             self.close()
             raise MetadataUnavailableError(f"bookie cache: bookies not loaded within {timeout_s:g}s") from None
@@ -227,7 +228,8 @@ class BookieCache:
                 await changed.wait()
 
         try:
-            await asyncio.wait_for(until(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await until()
         except TimeoutError:
             raise TimeoutError(f"bookie cache: condition not met within {timeout_s:g}s (writable: "
                                f"{sorted(self._entries[False])}, read-only: {sorted(self._entries[True])})") from None

@@ -144,6 +144,8 @@ class WatchHandle:
             self._dirty.clear()
             try:
                 value, token = await self._store._read_watch(self.kind, self.path, self._fire)
+            except StoreClosedError:
+                return
             except MetadataError as e:
                 failures += 1
                 self._dirty.set()
@@ -290,6 +292,8 @@ class MetadataStore(abc.ABC):
         ephemeral_conflict_timeout_s: how long an ephemeral re-creation waits for a foreign node to vanish.
     """
 
+    _CLOSE_TASKS_TIMEOUT_S = 10.0
+
     def __init__(self, *, name: str, ephemeral_conflict_timeout_s: float) -> None:
         self.name = name
         self.session_lost_count = 0
@@ -331,6 +335,7 @@ class MetadataStore(abc.ABC):
                 await self._shutdown()
                 raise
             self._state = StoreState.STARTED
+            self._resync.clear()  # the first session has nothing to re-create yet
             self._spawn(self._maintain(), "ephemeral-maintenance")
 
     async def close(self) -> None:
@@ -348,7 +353,11 @@ class MetadataStore(abc.ABC):
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:
+                _, stuck = await asyncio.wait(tasks, timeout=self._CLOSE_TASKS_TIMEOUT_S)
+                if stuck:
+                    log.error("[%s] %d background task(s) ignored cancellation: %s", self.name, len(stuck),
+                              ", ".join(sorted(t.get_name() for t in stuck)))
             try:
                 await self._shutdown()
             finally:
@@ -488,7 +497,8 @@ class MetadataStore(abc.ABC):
         gone = asyncio.Event()
         handle = self.watch_data(path, lambda v: gone.set() if v is None else None)
         try:
-            await asyncio.wait_for(gone.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await gone.wait()
             return True
         except TimeoutError:
             return False
@@ -567,6 +577,8 @@ class MetadataStore(abc.ABC):
             for reg in list(self._registrations.values()):
                 try:
                     await reg._ensure(self.ephemeral_conflict_timeout_s)
+                except StoreClosedError:
+                    return
                 except MetadataError as e:
                     failed = True
                     log.warning("[%s] could not re-create ephemeral %s: %s; retrying", self.name, reg.path, e)

@@ -140,7 +140,8 @@ class TopicName:
         if not 0 <= index <= _PARTITION_INDEX_MAX:
             raise InvalidTopicNameError(f"invalid partition index {index} for {self}")
         base = self.base
-        return TopicName(self.domain, self.tenant, self.namespace_portion, f"{base.local_name}{PARTITION_SUFFIX}{index}")
+        local_name = f"{base.local_name}{PARTITION_SUFFIX}{index}"
+        return TopicName(self.domain, self.tenant, self.namespace_portion, local_name)
 
     def partition_name(self, index: int) -> str:
         """The complete name of partition ``index`` (``str(self.partition(index))``)."""

@@ -49,9 +49,9 @@ dispatch path.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from magnetar.protocol import pulsar_api_pb2 as pb
 from magnetar.protocol.checksum import Buffer, crc32c
@@ -130,7 +130,7 @@ class Entry(NamedTuple):
 # --------------------------------------------------------------------------------------------------------
 
 
-def wrap(inner) -> pb.BaseCommand:  # noqa: ANN001 - any Command* message
+def wrap(inner: Message) -> pb.BaseCommand:
     """Returns a BaseCommand carrying ``inner`` (e.g. a ``CommandPing``) with ``type`` set to match."""
     try:
         type_, field = _TYPE_BY_MESSAGE[inner.DESCRIPTOR.full_name]
@@ -141,7 +141,7 @@ def wrap(inner) -> pb.BaseCommand:  # noqa: ANN001 - any Command* message
     return cmd
 
 
-def command_body(cmd: pb.BaseCommand):  # noqa: ANN201 - the Command* message named by cmd.type
+def command_body(cmd: pb.BaseCommand) -> Message:
     """Returns the sub-message named by ``cmd.type`` (``cmd.send`` for SEND, ...)."""
     return getattr(cmd, _FIELD_BY_TYPE[cmd.type])
 
@@ -251,7 +251,10 @@ def split_broker_entry_metadata(entry: bytes) -> tuple[pb.BrokerEntryMetadata | 
 # --------------------------------------------------------------------------------------------------------
 
 
-def _parse(cls, view: memoryview, what: str):  # noqa: ANN001, ANN202 - a protobuf message class
+_M = TypeVar("_M", bound=Message)
+
+
+def _parse(cls: type[_M], view: memoryview, what: str) -> _M:
     try:
         msg = cls.FromString(view)
     except DecodeError as exc:
