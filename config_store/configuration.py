@@ -278,7 +278,8 @@ class ConfigurationStore:
         def fn(old: PartitionedTopicMetadata) -> PartitionedTopicMetadata:
             new = PartitionedTopicMetadata(choose(old.partitions))
             if new.partitions < old.partitions:
-                raise InvalidMetadataError(f"{what}: cannot shrink from {old.partitions} to {new.partitions} partitions")
+                raise InvalidMetadataError(
+                    f"{what}: cannot shrink from {old.partitions} to {new.partitions} partitions")
             return new
 
         v = await self._update(path, what, PartitionedTopicMetadata.from_json, fn, PartitionedTopicMetadata.to_json)

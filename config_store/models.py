@@ -274,7 +274,8 @@ class LedgerMetadata:
             if any(isinstance(bookies, str) for _, bookies in self.ensembles):
                 raise TypeError
         except (TypeError, ValueError):
-            raise InvalidMetadataError(f"ledger {self.ledger_id}: ensembles must be (first_entry_id, bookies) pairs") from None
+            raise InvalidMetadataError(
+                f"ledger {self.ledger_id}: ensembles must be (first_entry_id, bookies) pairs") from None
         object.__setattr__(self, "ensembles", ensembles)
         object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
         if isinstance(self.state, str):
@@ -301,7 +302,8 @@ class LedgerMetadata:
             if previous is None and first != 0:
                 raise InvalidMetadataError(f"ledger {lid}: first ensemble must start at entry 0, starts at {first}")
             if previous is not None and first <= previous:
-                raise InvalidMetadataError(f"ledger {lid}: ensemble first entry ids must ascend ({previous} then {first})")
+                raise InvalidMetadataError(
+                    f"ledger {lid}: ensemble first entry ids must ascend ({previous} then {first})")
             if len(bookies) != e or not all(isinstance(b, str) and b for b in bookies):
                 raise InvalidMetadataError(f"ledger {lid}: ensemble at {first} must list {e} bookie ids, got {bookies}")
             if len(set(bookies)) != e:

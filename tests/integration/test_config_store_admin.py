@@ -4,6 +4,7 @@ compare-and-set writers from separate sessions, and watch-driven caches fed by o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -57,12 +58,12 @@ async def test_global_entities_crud_at_exact_paths(stores, raw) -> None:
     assert raw_json(raw, "/admin/partitioned-topics/acme/orders/persistent/events") == {"version": 1, "partitions": 3}
 
     # Updates are visible at the raw path with ZooKeeper's version.
-    await config.update_cluster("us-east", lambda c: ClusterData(**{**c.__dict__, "service_url_tls": "https://e"}))
+    await config.update_cluster("us-east", lambda c: dataclasses.replace(c, service_url_tls="https://e"))
     assert raw_json(raw, "/admin/clusters/us-east")["serviceUrlTls"] == "https://e"
     assert client.exists(at("/admin/clusters/us-east")).version == 1
     await config.update_tenant("acme", lambda t: TenantInfo(t.admin_roles + ["dev"], t.allowed_clusters))
-    await config.update_namespace_policies("acme", "orders", lambda p: Policies(**{**p.__dict__,
-                                                                                  "deduplication_enabled": True}))
+    await config.update_namespace_policies("acme", "orders",
+                                           lambda p: dataclasses.replace(p, deduplication_enabled=True))
     assert raw_json(raw, "/admin/policies/acme/orders")["deduplicationEnabled"] is True
     await config.update_partitioned_topic("acme", "orders", "persistent", "events", 6)
     assert raw_json(raw, "/admin/partitioned-topics/acme/orders/persistent/events")["partitions"] == 6

@@ -4,6 +4,7 @@ compare-and-set retries under concurrent writers and injected faults, caches, le
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -174,7 +175,7 @@ async def test_watch_policies_and_cache(config: ConfigurationStore) -> None:
     cache.add_listener(lambda t, ns, p: changes.append((t, ns, p)))
     assert (await cache.get("t", "ns")).message_ttl_in_seconds == 10
     assert await cache.get("t", "absent") is None
-    await config.update_namespace_policies("t", "ns", lambda p: Policies(**{**p.__dict__, "message_ttl_in_seconds": 99}))
+    await config.update_namespace_policies("t", "ns", lambda p: dataclasses.replace(p, message_ttl_in_seconds=99))
     await wait_for_async(lambda: cache.get_cached("t", "ns").message_ttl_in_seconds == 99, 2)
     assert changes[-1][2].message_ttl_in_seconds == 99
     copy_ = await cache.get("t", "ns")

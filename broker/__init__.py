@@ -1,0 +1,1 @@
+"""The broker: topics, producers, subscriptions, the binary-protocol server, lookup and admin."""

@@ -1,0 +1,1 @@
+"""Managed ledgers and cursors: a topic's storage on top of the ledger client."""

@@ -1,0 +1,204 @@
+"""The managed-ledger interfaces the rest of the broker codes against (as Pulsar's ``ManagedLedger`` and
+``ManagedCursor`` interfaces stand apart from their implementations).
+
+A topic is a managed ledger: an ordered list of ledgers (the last one open for writes, rolled over by
+entries/size/time) plus named cursors. A cursor (one per durable subscription, one per remote region for
+replication) is a mark-delete position plus the set of individually deleted ranges above it, persisted at a
+limited rate, so a broker crash redelivers at most what was acknowledged since the last persist.
+
+Positions are ``(ledger_id, entry_id)`` and ordered. An entry is one ledger entry = one published batch.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Sequence
+
+
+class Position(NamedTuple):
+    """A place in a managed ledger. ``(ledger_id, -1)`` is "before the first entry of that ledger"."""
+
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: Position
+    data: bytes
+
+
+class InitialPosition(enum.Enum):
+    LATEST = "latest"  # start after the last entry written when the cursor is created
+    EARLIEST = "earliest"  # start at the first entry still retained
+
+
+class ManagedLedgerError(Exception):
+    """Root of managed-ledger errors (the implementation makes it a MagnetarError subclass)."""
+
+
+class ManagedCursor(abc.ABC):
+    """A subscription's position in a managed ledger."""
+
+    name: str
+    durable: bool
+
+    @property
+    @abc.abstractmethod
+    def mark_delete_position(self) -> Position:
+        """Everything at or before this position is acknowledged (deleted)."""
+
+    @property
+    @abc.abstractmethod
+    def read_position(self) -> Position:
+        """The next position ``read_entries`` returns from."""
+
+    @abc.abstractmethod
+    async def read_entries(self, max_entries: int, *, max_bytes: Optional[int] = None) -> list[Entry]:
+        """Reads up to ``max_entries`` from the read position (skipping individually deleted ones) and
+        advances it. Returns [] when caught up (does not wait)."""
+
+    @abc.abstractmethod
+    async def wait_for_entries(self, timeout_s: Optional[float] = None) -> bool:
+        """Waits until an entry is readable at the read position (True) or the timeout passes (False)."""
+
+    @abc.abstractmethod
+    async def mark_delete(self, position: Position, *, properties: Optional[dict[str, int]] = None) -> None:
+        """Cumulative acknowledgement up to and including ``position`` (persisted, throttled)."""
+
+    @abc.abstractmethod
+    async def delete(self, positions: Sequence[Position]) -> None:
+        """Individual acknowledgements; the mark-delete position advances over contiguous deleted ranges."""
+
+    @abc.abstractmethod
+    def is_deleted(self, position: Position) -> bool:
+        """True if ``position`` is at/before mark-delete or individually deleted."""
+
+    @abc.abstractmethod
+    def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
+        """Deleted ranges above mark-delete, as (exclusive start, inclusive end) pairs, ascending."""
+
+    @abc.abstractmethod
+    def seek(self, position: Position) -> None:
+        """Moves the read position (for redelivery: ``rewind`` is seek to mark-delete's successor)."""
+
+    @abc.abstractmethod
+    def rewind(self) -> None:
+        """Read position back to the first entry after mark-delete that is not individually deleted."""
+
+    @abc.abstractmethod
+    async def reset(self, position: Position) -> None:
+        """Resets mark-delete to just before ``position`` and clears deleted ranges (admin reset/seek)."""
+
+    @abc.abstractmethod
+    def backlog_entries(self) -> int:
+        """Entries after mark-delete not individually deleted (the subscription backlog in entries)."""
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Persists the current state now (used on close/unload)."""
+
+
+class ManagedLedger(abc.ABC):
+    """A topic's storage: append entries, read them through cursors, trim what nobody needs."""
+
+    name: str
+
+    @abc.abstractmethod
+    def add_entry_nowait(self, data: bytes) -> "asyncio.Future[Position]":  # noqa: F821
+        """Appends one entry; the future resolves (in append order) once it is durable at Qa bookies."""
+
+    @abc.abstractmethod
+    async def add_entry(self, data: bytes) -> Position: ...
+
+    @property
+    @abc.abstractmethod
+    def last_confirmed_position(self) -> Position:
+        """The last durable entry (``(current_ledger, -1)`` when empty)."""
+
+    @abc.abstractmethod
+    async def open_cursor(
+        self, name: str, *, initial_position: InitialPosition = InitialPosition.LATEST
+    ) -> ManagedCursor:
+        """Opens (or creates, persisted) a durable cursor."""
+
+    @abc.abstractmethod
+    def new_non_durable_cursor(self, start: Position, *, name: str = "") -> ManagedCursor:
+        """A cursor kept only in memory (readers); reads start just after ``start``."""
+
+    @abc.abstractmethod
+    async def delete_cursor(self, name: str) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def cursors(self) -> dict[str, ManagedCursor]: ...
+
+    @abc.abstractmethod
+    async def read_entry(self, position: Position) -> Entry: ...
+
+    @abc.abstractmethod
+    def first_position(self) -> Position:
+        """The first retained entry's position."""
+
+    @abc.abstractmethod
+    def next_position(self, position: Position) -> Position:
+        """The position after ``position`` (crossing into the next ledger when needed)."""
+
+    @abc.abstractmethod
+    def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
+        """How many entries lie in (start, end]."""
+
+    @abc.abstractmethod
+    async def find_position_by_publish_time(self, timestamp_ms: int, publish_time_of) -> Position:
+        """The first entry whose publish time (``publish_time_of(entry_bytes)``) is >= timestamp_ms."""
+
+    @property
+    @abc.abstractmethod
+    def number_of_entries(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def total_size(self) -> int:
+        """Bytes of every retained entry (``pulsar_storage_size``)."""
+
+    @abc.abstractmethod
+    def internal_stats(self) -> dict:
+        """Pulsar's internal-stats JSON for this ledger (entriesAddedCounter, numberOfEntries,
+        totalSize, currentLedgerEntries, currentLedgerSize, lastConfirmedEntry, state, ledgers[], cursors{})."""
+
+    @abc.abstractmethod
+    async def trim(self) -> int:
+        """Deletes ledgers every cursor has passed and retention no longer keeps; returns how many."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Closes the current ledger and persists cursors (unload). Idempotent."""
+
+    @abc.abstractmethod
+    async def delete(self) -> None:
+        """Deletes every ledger and cursor and the metadata (topic deletion)."""
+
+
+class ManagedLedgerFactory(abc.ABC):
+    @abc.abstractmethod
+    async def open(self, name: str, *, config: "object | None" = None) -> ManagedLedger:
+        """Opens the managed ledger ``name`` (the topic's path form ``tenant/ns/persistent/topic``),
+        recovering (fencing) its last ledger if another broker left it open, and starting a new ledger."""
+
+    @abc.abstractmethod
+    async def exists(self, name: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def delete(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def list(self, prefix: str) -> list[str]:
+        """Names of managed ledgers under ``tenant/ns/persistent``."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
