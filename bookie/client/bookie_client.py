@@ -182,18 +182,12 @@ class BookieClient:
             while True:
                 if not self._queues[False] and not self._queues[True]:
                     self._wakeup.clear()
-                    waiter = asyncio.ensure_future(self._wakeup.wait())
-                    done, _ = await asyncio.wait({waiter, reader, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-                    if waiter not in done:
-                        waiter.cancel()
+                    if not await self._wait_event(self._wakeup, reader, watchdog):
                         break
                     continue
                 if len(self._inflight) >= self.max_inflight_requests:
                     self._room.clear()
-                    waiter = asyncio.ensure_future(self._room.wait())
-                    done, _ = await asyncio.wait({waiter, reader, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-                    if waiter not in done:
-                        waiter.cancel()
+                    if not await self._wait_event(self._room, reader, watchdog):
                         break
                     continue
                 recovery, batch = self._take_batch()
@@ -219,6 +213,17 @@ class BookieClient:
             self._fail_everything(error)
             if self.state is not ClientState.CLOSED:
                 self.state = ClientState.IDLE
+
+    @staticmethod
+    async def _wait_event(event: asyncio.Event, *tasks: asyncio.Task) -> bool:
+        """Waits for ``event``; False if one of ``tasks`` (the stream's reader or watchdog) ended first."""
+        waiter = asyncio.ensure_future(event.wait())
+        try:
+            done, _ = await asyncio.wait({waiter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+        return waiter in done
 
     def _stream_error(self, reader: asyncio.Task, watchdog: asyncio.Task) -> str:
         for task in (watchdog, reader):
