@@ -89,8 +89,7 @@ class Registration:
 
     def session_text(self) -> str:
         """``"<session id hex>:<password hex>"`` of the current ZooKeeper session, "" when there is none."""
-        client = getattr(self._store, "_client", None)  # KazooMetadataStore keeps its KazooClient there
-        client_id = getattr(client, "client_id", None)
+        client_id = getattr(self._store, "session_credentials", None)
         if not client_id:
             return ""
         session_id, password = client_id

@@ -142,6 +142,15 @@ class KazooMetadataStore(MetadataStore):
         client_id = self._client.client_id
         return client_id[0] if client_id else None
 
+    @property
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """``(session id, password)`` of the current ZooKeeper session, None when not connected.
+
+        Operators and the test kit use it to find (or deliberately expire) this process's session.
+        """
+        client_id = self._client.client_id
+        return (client_id[0], client_id[1]) if client_id else None
+
     # ------------------------------------------------------------------------------------------ bridging
 
     def _bridge(self, async_result: Any) -> asyncio.Future:
