@@ -1,0 +1,198 @@
+"""A broker's settings: one typed, documented dataclass, loaded from TOML.
+
+Units are the last word of every name (``_ms``, ``_bytes``). Unknown keys are an error (a typo must not
+silently fall back to a default); missing keys take the defaults below. Settings named after Pulsar's
+``broker.conf`` keep Pulsar's meaning (``managedLedgerDefaultEnsembleSize`` is
+``managed_ledger_ensemble_size`` here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from magnetar.errors import ConfigError
+
+_MiB = 1024 * 1024
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Settings of one broker.
+
+    Attributes:
+        data_dir: holds ``endpoints.json`` (the bound addresses, written once the broker serves).
+        zookeeper: the region's local ZooKeeper (``host:port[,host:port]/chroot``): broker registrations,
+            bundle ownership, ledgers, managed ledgers and cursors.
+        configuration_store: the global configuration store (clusters, tenants, namespaces); empty means
+            the same ZooKeeper as ``zookeeper`` (one region).
+        cluster: the region (Pulsar: cluster) this broker serves; registered in the configuration store.
+        broker_id: the identity registered under ``/brokers/``; default ``"<advertised_host>:<http port>"``.
+        bind_host: address the binary-protocol and HTTP servers bind.
+        port: binary-protocol port (``pulsar://``); 0 picks a free one (see ``endpoints.json``).
+        http_port: admin REST, lookup, ``/metrics`` and ``/health`` port; 0 picks a free one.
+        advertised_host: the host clients are told to connect to.
+        zk_session_timeout_ms: ZooKeeper session timeout: a dead broker's bundles are re-assigned after it.
+        managed_ledger_ensemble_size, managed_ledger_write_quorum, managed_ledger_ack_quorum: E/Qw/Qa of
+            the ledgers topics write.
+        managed_ledger_max_entries_per_ledger: a topic's ledger rolls over after this many entries...
+        managed_ledger_max_ledger_size_bytes: ...or this many bytes...
+        managed_ledger_max_ledger_rollover_time_ms: ...or this long after it was created.
+        managed_ledger_cursor_persist_interval_ms: cursor positions are persisted at most this often.
+        default_namespace_bundles: bundles (hash ranges) of a namespace created without explicit ones.
+        deduplication_enabled: broker default of namespace deduplication (Pulsar ``brokerDeduplicationEnabled``).
+        max_message_size_bytes: larger messages are refused (Pulsar ``maxMessageSize``).
+        max_partitions_per_topic: the largest partition count a partitioned topic may have.
+        load_report_interval_ms: how often the load report under ``/brokers/<id>`` is refreshed (when it
+            changed; acquiring or releasing a bundle republishes it at once).
+        bootstrap: on start, create the cluster entry, tenant ``public`` and namespace ``public/default``
+            when missing (as Pulsar standalone does).
+        http_request_body_max_bytes: larger REST bodies are refused with 413.
+        shutdown_grace_ms: on SIGTERM, how long unloading bundles and closing topics may take in total.
+    """
+
+    data_dir: pathlib.Path
+    zookeeper: str
+    configuration_store: str = ""
+    cluster: str = "standalone"
+    broker_id: str = ""
+    bind_host: str = "127.0.0.1"
+    port: int = 6650
+    http_port: int = 8080
+    advertised_host: str = "127.0.0.1"
+    zk_session_timeout_ms: int = 10_000
+    managed_ledger_ensemble_size: int = 3
+    managed_ledger_write_quorum: int = 2
+    managed_ledger_ack_quorum: int = 2
+    managed_ledger_max_entries_per_ledger: int = 50_000
+    managed_ledger_max_ledger_size_bytes: int = 2048 * _MiB
+    managed_ledger_max_ledger_rollover_time_ms: int = 4 * 3600 * 1000
+    managed_ledger_cursor_persist_interval_ms: int = 1000
+    default_namespace_bundles: int = 4
+    deduplication_enabled: bool = False
+    max_message_size_bytes: int = 5 * _MiB
+    max_partitions_per_topic: int = 4096
+    load_report_interval_ms: int = 5000
+    bootstrap: bool = True
+    http_request_body_max_bytes: int = 1 * _MiB
+    shutdown_grace_ms: int = 20_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
+        self.validate()
+
+    # -- derived ---------------------------------------------------------------------------------------
+
+    @property
+    def endpoints_path(self) -> pathlib.Path:
+        return self.data_dir / "endpoints.json"
+
+    @property
+    def configuration_store_connect(self) -> str:
+        """The global store's connect string (the region's ZooKeeper when none is configured)."""
+        return self.configuration_store or self.zookeeper
+
+    def effective_broker_id(self, http_port: int) -> str:
+        """The configured id, or ``advertised_host:http_port`` (Pulsar's lookup service address)."""
+        return self.broker_id or f"{self.advertised_host}:{http_port}"
+
+    # -- loading ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> "BrokerConfig":
+        """Builds a config from parsed TOML (or a dict), checking names and types."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ConfigError(f"{source}: unknown broker setting(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(sorted(fields))})")
+        for required in ("data_dir", "zookeeper"):
+            if required not in values:
+                raise ConfigError(f"{source}: {required} is required")
+        kwargs = {name: _check_type(name, fields[name].type, value, source) for name, value in values.items()}
+        try:
+            return cls(**kwargs)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+
+    @classmethod
+    def load(cls, path: pathlib.Path | str) -> "BrokerConfig":
+        """Reads a TOML file; a relative ``data_dir`` is taken relative to the file's folder."""
+        path = pathlib.Path(path)
+        try:
+            with open(path, "rb") as f:
+                values = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        if isinstance(values.get("data_dir"), str):
+            data_dir = pathlib.Path(values["data_dir"])
+            if not data_dir.is_absolute():
+                values["data_dir"] = str(path.parent / data_dir)
+        return cls.from_mapping(values, source=str(path))
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the first inconsistent setting."""
+        if str(self.data_dir) in ("", "."):
+            raise ConfigError("data_dir must not be empty")
+        if not self.zookeeper.strip():
+            raise ConfigError("zookeeper must name the region's ZooKeeper (host:port[/chroot])")
+        for name in ("zookeeper", "configuration_store"):
+            if any(c.isspace() for c in getattr(self, name)):
+                raise ConfigError(f"{name} must not contain spaces: {getattr(self, name)!r}")
+        if not _NAME_RE.fullmatch(self.cluster):
+            raise ConfigError(f"cluster {self.cluster!r} is not a valid name (letters, digits, '-_.=:')")
+        if self.broker_id and not _NAME_RE.fullmatch(self.broker_id):
+            raise ConfigError(f"broker_id {self.broker_id!r} is not a valid name (letters, digits, '-_.=:')")
+        for name in ("port", "http_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535:
+                raise ConfigError(f"{name} must be in 0..65535, not {value}")
+        if self.port and self.port == self.http_port:
+            raise ConfigError(f"port and http_port must differ (both {self.port})")
+        for name in ("bind_host", "advertised_host"):
+            value = getattr(self, name)
+            if not value or any(c.isspace() for c in value) or "/" in value:
+                raise ConfigError(f"{name} is not a host name or address: {value!r}")
+        positive = (
+            "zk_session_timeout_ms", "managed_ledger_ensemble_size", "managed_ledger_write_quorum",
+            "managed_ledger_ack_quorum", "managed_ledger_max_entries_per_ledger",
+            "managed_ledger_max_ledger_size_bytes", "managed_ledger_max_ledger_rollover_time_ms",
+            "managed_ledger_cursor_persist_interval_ms", "default_namespace_bundles", "max_message_size_bytes",
+            "max_partitions_per_topic", "load_report_interval_ms", "http_request_body_max_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.shutdown_grace_ms < 0:
+            raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
+        e, qw, qa = (self.managed_ledger_ensemble_size, self.managed_ledger_write_quorum,
+                     self.managed_ledger_ack_quorum)
+        if not qa <= qw <= e:
+            raise ConfigError(f"managed ledger quorums need ack_quorum <= write_quorum <= ensemble_size, "
+                              f"got E={e} Qw={qw} Qa={qa}")
+        if self.default_namespace_bundles > 1024:
+            raise ConfigError(f"default_namespace_bundles must be at most 1024, not {self.default_namespace_bundles}")
+        if self.max_partitions_per_topic > 1 << 20:
+            raise ConfigError(f"max_partitions_per_topic must be at most {1 << 20}")
+
+
+def _check_type(name: str, annotation: Any, value: Any, source: str) -> Any:
+    expected = {"int": int, "bool": bool, "str": str, "float": float, "pathlib.Path": str}[str(annotation)]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (expected is int and isinstance(value, bool)) or not isinstance(value, expected):
+        raise ConfigError(f"{source}: {name} must be {_article(expected)}, not {value!r}")
+    return value
+
+
+def _article(t: type) -> str:
+    return {int: "an integer", bool: "true or false", str: "a string", float: "a number"}[t]

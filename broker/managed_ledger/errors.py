@@ -1,0 +1,63 @@
+"""Errors of the managed-ledger layer.
+
+:class:`ManagedLedgerError` is the root: a :class:`~magnetar.errors.MagnetarError` *and* the
+``api.ManagedLedgerError`` the interfaces name, so ``except api.ManagedLedgerError`` catches every error
+raised here. Ledger-client (``bookie``) and metadata-store (``config_store``) errors are mapped at this
+boundary; the original is kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from magnetar.errors import MagnetarError
+
+from . import api
+
+
+class ManagedLedgerError(api.ManagedLedgerError, MagnetarError):
+    """Root of managed-ledger errors. Messages start with ``[managed-ledger-name]``."""
+
+
+class ManagedLedgerFencedError(ManagedLedgerError):
+    """Another broker has taken this managed ledger over (its ledger was fenced by a recovery, or its
+    metadata changed under us), or a write failed and left the ledger unusable. Nothing more can be
+    appended through this object: close it and let the owner (re)open the managed ledger."""
+
+
+class ManagedLedgerClosedError(ManagedLedgerError):
+    """The managed ledger (or cursor) was closed or deleted."""
+
+
+class ManagedLedgerWriteError(ManagedLedgerError):
+    """An append failed for a reason other than fencing (bookies unavailable, no ledger could be created).
+    The managed ledger is fenced afterwards; reopening it recovers a well-defined end."""
+
+    retriable = True
+
+
+class ManagedLedgerReadError(ManagedLedgerError):
+    """Entries could not be read from the bookies. ``retriable`` mirrors the cause."""
+
+
+class ManagedLedgerMetadataError(ManagedLedgerError):
+    """The managed ledger's metadata could not be read or written (ZooKeeper unavailable, corrupt JSON)."""
+
+
+class ManagedLedgerNotFoundError(ManagedLedgerError):
+    """No managed ledger with that name exists."""
+
+
+class CursorNotFoundError(ManagedLedgerError):
+    """No cursor with that name exists on the managed ledger."""
+
+
+class InvalidCursorPositionError(ManagedLedgerError, ValueError):
+    """A position that does not exist in the managed ledger, or is beyond its last confirmed entry."""
+
+
+class EntryTooLargeError(ManagedLedgerError, ValueError):
+    """An entry larger than the ledger client accepts."""
+
+
+__all__ = ["ManagedLedgerError", "ManagedLedgerFencedError", "ManagedLedgerClosedError", "ManagedLedgerWriteError",
+           "ManagedLedgerReadError", "ManagedLedgerMetadataError", "ManagedLedgerNotFoundError",
+           "CursorNotFoundError", "InvalidCursorPositionError", "EntryTooLargeError"]

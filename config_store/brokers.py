@@ -1,0 +1,240 @@
+"""A region's live brokers and the ownership of namespace bundles.
+
+Layout (in the region's own ZooKeeper, as DESIGN §5)::
+
+    /brokers/<broker-id>                     BrokerRegistration, ephemeral: one per live broker, with its
+                                             URLs and its last load report
+    /namespace/<tenant>/<ns>/<bundle>        BundleOwner, ephemeral: the broker serving that bundle
+                                             (``<bundle>`` is Pulsar's ``0x00000000_0x40000000`` form)
+
+Guarantees: a bundle has at most one owner (the ephemeral create is the lock: exactly one create wins);
+an owner's node vanishes with its session (broker death, session expiry), so a later lookup re-assigns
+it; an owner record is only ever rewritten (``disabled``) or deleted by compare-and-set on the version
+its owner read, so a broker never clobbers another broker's ownership.
+
+Field names follow Pulsar's JSON (``LocalBrokerData``: ``pulsarServiceUrl``, ``webServiceUrl``,
+``numTopics``, ...; ``NamespaceEphemeralData``: ``nativeUrl``, ``httpUrl``, ``disabled``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from .configuration import check_name
+from .errors import InvalidMetadataError, NodeExistsError, NotFoundError
+from .models import Versioned, _dumps, _field, _loads
+from .store import EphemeralRegistration, MetadataStore, join_path
+
+log = logging.getLogger("config_store")
+
+BROKERS = "/brokers"
+NAMESPACE_OWNERSHIP = "/namespace"
+
+
+def broker_path(broker_id: str) -> str:
+    return join_path(BROKERS, check_name("broker id", broker_id))
+
+
+def bundle_path(tenant: str, namespace: str, bundle: str) -> str:
+    return (f"{NAMESPACE_OWNERSHIP}/{check_name('tenant', tenant)}/{check_name('namespace', namespace)}/"
+            f"{check_name('bundle', bundle)}")
+
+
+@dataclass(frozen=True)
+class BrokerLoad:
+    """What a broker reports about its load (a subset of Pulsar's ``LocalBrokerData``)."""
+
+    num_topics: int = 0
+    num_bundles: int = 0
+    num_producers: int = 0
+    num_consumers: int = 0
+    connections: int = 0
+
+    _JSON = {"num_topics": "numTopics", "num_bundles": "numBundles", "num_producers": "numProducers",
+             "num_consumers": "numConsumers", "connections": "connections"}
+
+    def to_dict(self) -> dict[str, int]:
+        return {json_name: getattr(self, name) for name, json_name in self._JSON.items()}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: dict) -> "BrokerLoad":
+        return cls(**{name: _field(kind, obj, json_name, int, 0) for name, json_name in cls._JSON.items()})
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A live broker: how to reach it, and its load as last reported.
+
+    Attributes:
+        broker_id: its identity in ``/brokers/``.
+        pulsar_service_url: ``pulsar://host:port`` (binary protocol).
+        web_service_url: ``http://host:port`` (admin, lookup, /metrics).
+        cluster: the region (Pulsar cluster) it serves.
+        instance: a token unique to the running process, so a restarted broker can tell its own leftover
+            ownership records (from its previous, not yet expired session) from live ones.
+        load: the last load report.
+        last_update_ms: when the load was measured (wall clock, ms).
+    """
+
+    broker_id: str
+    pulsar_service_url: str
+    web_service_url: str
+    cluster: str = ""
+    instance: str = ""
+    pulsar_service_url_tls: str = ""
+    web_service_url_tls: str = ""
+    load: BrokerLoad = BrokerLoad()
+    last_update_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return _dumps("BrokerRegistration", {
+            "brokerId": self.broker_id,
+            "pulsarServiceUrl": self.pulsar_service_url,
+            "pulsarServiceUrlTls": self.pulsar_service_url_tls,
+            "webServiceUrl": self.web_service_url,
+            "webServiceUrlTls": self.web_service_url_tls,
+            "cluster": self.cluster,
+            "instance": self.instance,
+            "lastUpdate": self.last_update_ms,
+            **self.load.to_dict(),
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "BrokerRegistration":
+        k = "BrokerRegistration"
+        o = _loads(k, data)
+        return cls(
+            broker_id=_field(k, o, "brokerId", str),
+            pulsar_service_url=_field(k, o, "pulsarServiceUrl", str),
+            web_service_url=_field(k, o, "webServiceUrl", str),
+            cluster=_field(k, o, "cluster", str, ""),
+            instance=_field(k, o, "instance", str, ""),
+            pulsar_service_url_tls=_field(k, o, "pulsarServiceUrlTls", str, ""),
+            web_service_url_tls=_field(k, o, "webServiceUrlTls", str, ""),
+            load=BrokerLoad.from_dict(k, o),
+            last_update_ms=_field(k, o, "lastUpdate", int, 0),
+        )
+
+    @property
+    def web_address(self) -> str:
+        """``host:port`` of the web service (what Pulsar's ``GET /admin/v2/brokers/<cluster>`` lists)."""
+        url = self.web_service_url
+        return url.split("://", 1)[1].rstrip("/") if "://" in url else url
+
+
+@dataclass(frozen=True)
+class BundleOwner:
+    """Who serves a namespace bundle (Pulsar's ``NamespaceEphemeralData``).
+
+    ``disabled`` is set by the owner while it unloads the bundle: lookups answer "try again" instead of
+    sending clients to a broker that is about to let go.
+    """
+
+    broker_id: str
+    native_url: str
+    http_url: str
+    instance: str = ""
+    native_url_tls: str = ""
+    http_url_tls: str = ""
+    disabled: bool = False
+
+    def to_json(self) -> bytes:
+        return _dumps("BundleOwner", {
+            "brokerId": self.broker_id,
+            "nativeUrl": self.native_url,
+            "nativeUrlTls": self.native_url_tls,
+            "httpUrl": self.http_url,
+            "httpUrlTls": self.http_url_tls,
+            "instance": self.instance,
+            "disabled": self.disabled,
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "BundleOwner":
+        k = "BundleOwner"
+        o = _loads(k, data)
+        return cls(
+            broker_id=_field(k, o, "brokerId", str),
+            native_url=_field(k, o, "nativeUrl", str),
+            http_url=_field(k, o, "httpUrl", str),
+            instance=_field(k, o, "instance", str, ""),
+            native_url_tls=_field(k, o, "nativeUrlTls", str, ""),
+            http_url_tls=_field(k, o, "httpUrlTls", str, ""),
+            disabled=_field(k, o, "disabled", bool, False),
+        )
+
+
+class BrokerRegistry:
+    """Typed access to ``/brokers`` and ``/namespace`` of one region (see the module docstring)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------------------------------ brokers
+
+    async def register(self, reg: BrokerRegistration) -> EphemeralRegistration:
+        """Publishes ``reg`` as an ephemeral node the store re-creates after a session loss. Update it with
+        ``handle.update(new.to_json())``; ``handle.close()`` removes it."""
+        return await self.store.register_ephemeral(broker_path(reg.broker_id), reg.to_json())
+
+    async def list_brokers(self) -> dict[str, BrokerRegistration]:
+        """The live brokers by id (unreadable registrations are logged and skipped)."""
+        ids = await self.store.children(BROKERS)
+        values = await asyncio.gather(*(self.store.get(join_path(BROKERS, i)) for i in ids))
+        brokers: dict[str, BrokerRegistration] = {}
+        for broker_id, versioned in zip(ids, values):
+            if versioned is None:
+                continue  # gone between the listing and the read
+            try:
+                brokers[broker_id] = BrokerRegistration.from_json(versioned.value)
+            except InvalidMetadataError as e:
+                log.warning("skipping unreadable broker registration %s: %s", join_path(BROKERS, broker_id), e)
+        return brokers
+
+    async def get_broker(self, broker_id: str) -> BrokerRegistration | None:
+        versioned = await self.store.get(broker_path(broker_id))
+        return None if versioned is None else BrokerRegistration.from_json(versioned.value)
+
+    # ------------------------------------------------------------------------------------------ bundles
+
+    async def get_owner(self, tenant: str, namespace: str, bundle: str) -> Versioned[BundleOwner] | None:
+        """The bundle's owner record, or None when nobody owns it."""
+        path = bundle_path(tenant, namespace, bundle)
+        versioned = await self.store.get(path)
+        if versioned is None:
+            return None
+        try:
+            return Versioned(BundleOwner.from_json(versioned.value), versioned.version)
+        except InvalidMetadataError as e:
+            raise InvalidMetadataError(f"{path}: {e}") from None
+
+    async def try_acquire(self, tenant: str, namespace: str, bundle: str, owner: BundleOwner) -> bool:
+        """Creates the ephemeral owner node; True if this call created it, False if someone holds it."""
+        try:
+            await self.store.create(bundle_path(tenant, namespace, bundle), owner.to_json(), ephemeral=True,
+                                    make_parents=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    async def set_disabled(self, tenant: str, namespace: str, bundle: str, owner: BundleOwner, *,
+                           expected_version: int) -> int:
+        """Marks the record ``disabled`` (compare-and-set); returns the new version."""
+        data = dataclasses.replace(owner, disabled=True).to_json()
+        return await self.store.set(bundle_path(tenant, namespace, bundle), data, expected_version=expected_version)
+
+    async def release(self, tenant: str, namespace: str, bundle: str, *, expected_version: int) -> bool:
+        """Deletes the owner node if it is still at ``expected_version``; False if it was already gone."""
+        try:
+            await self.store.delete(bundle_path(tenant, namespace, bundle), expected_version=expected_version)
+        except NotFoundError:
+            return False
+        return True
+
+    async def owned_bundles(self, tenant: str, namespace: str) -> list[str]:
+        """The bundles of ``tenant/namespace`` that have an owner right now."""
+        return await self.store.children(
+            f"{NAMESPACE_OWNERSHIP}/{check_name('tenant', tenant)}/{check_name('namespace', namespace)}")
