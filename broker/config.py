@@ -80,7 +80,7 @@ class BrokerConfig:
     load_report_interval_ms: int = 5000
     bootstrap: bool = True
     http_request_body_max_bytes: int = 1 * _MiB
-    shutdown_grace_ms: int = 20_000
+    shutdown_grace_ms: int = 8_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))

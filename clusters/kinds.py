@@ -24,9 +24,9 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from magnetar import zookeeper as zk
 from magnetar.errors import ConfigError
-from magnetar.net import free_port
+from magnetar.net import free_port, is_listening
 
-from .topology import BookiesSettings, Topology, ZooKeeperSettings
+from .topology import BookiesSettings, BrokersSettings, Topology, ZooKeeperSettings
 
 GLOBAL = None  # the region of deployment-wide processes (the global ZooKeeper)
 
@@ -203,7 +203,97 @@ class BookieKind(ProcessKind):
         }
 
 
-KINDS: dict[str, ProcessKind] = {kind.name: kind for kind in (ZooKeeperKind(), BookieKind())}
+class BrokerKind(ProcessKind):
+    """A broker of a region (binary protocol + admin/lookup HTTP); its id is its process name.
+
+    It serves its region's ZooKeeper for local metadata and the global ZooKeeper (when the topology has
+    one) as configuration store; brokers start once the bookies are healthy.
+    """
+
+    name = "broker"
+    tier = 20
+    shown = ("pulsar", "http")
+
+    def instances(self, topology: Topology) -> list[Instance]:
+        found = []
+        for region in topology.regions:
+            s = region.brokers
+            if s is None:
+                continue
+            for n in range(1, s.count + 1):
+                found.append(
+                    Instance(
+                        name=f"{region.name}-broker-{n}", kind=self.name, region=region.name, slot="brokers",
+                        many=True, index=n, host=s.host,
+                        ports={
+                            "pulsar": s.port_base + n - 1 if s.port_base else 0,
+                            "http": s.http_port_base + n - 1 if s.http_port_base else 0,
+                        },
+                        settings=s,
+                    )
+                )
+        return found
+
+    def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "broker.toml"
+
+    def _endpoints_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "data" / "endpoints.json"
+
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        s: BrokersSettings = inst.settings
+        region_zk = plan.endpoints(plan.one(region=inst.region, slot="zookeeper"))["connect"]
+        global_zk = (plan.endpoints(plan.one(region=GLOBAL, slot="global_zookeeper"))["connect"]
+                     if plan.topology.global_zookeeper is not None else "")
+        config: dict[str, Any] = {
+            "broker_id": inst.name,
+            "cluster": inst.region,
+            "bind_host": inst.host,
+            "advertised_host": inst.host,
+            "port": inst.ports["pulsar"],
+            "http_port": inst.ports["http"],
+            "data_dir": str(plan.process_dir(inst) / "data"),
+            "zookeeper": region_zk,
+            "configuration_store": global_zk,
+        }
+        bookies = plan.topology.region(inst.region).bookies
+        if bookies is not None:
+            ensemble = min(3, bookies.count)
+            config["managed_ledger_ensemble_size"] = ensemble
+            config["managed_ledger_write_quorum"] = config["managed_ledger_ack_quorum"] = min(2, ensemble)
+        config.update(s.extra)
+        path = self.config_path(inst, plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._endpoints_path(inst, plan).unlink(missing_ok=True)  # health must not trust an earlier run
+        path.write_text(
+            f"# Written by the Magnetar supervisor for {inst.name} at every `magnetar up`; edit the topology instead.\n"
+            + dumps_toml(config)
+        )
+        return magnetar_command("broker", "--config", str(path))
+
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        if not self._endpoints_path(inst, plan).exists():
+            return False
+        try:
+            with urllib.request.urlopen(f"http://{inst.host}:{inst.ports['http']}/health", timeout=1) as response:
+                if response.status != 200:
+                    return False
+        except OSError:
+            return False
+        return is_listening(inst.host, inst.ports["pulsar"], timeout_s=1)
+
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        http = f"http://{inst.host}:{inst.ports['http']}"
+        return {
+            "broker_id": inst.name,
+            "pulsar": f"pulsar://{inst.host}:{inst.ports['pulsar']}",
+            "http": http,
+            "metrics": f"{http}/metrics",
+            "config": str(self.config_path(inst, plan)),
+        }
+
+
+KINDS: dict[str, ProcessKind] = {kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind())}
 
 
 # -- the plan: every instance with its ports ----------------------------------------------------------------

@@ -25,6 +25,12 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     http_port_base = 0
     journal_sync = true
     # any other key is copied into every bookie's bookie.toml (e.g. disk_free_min_bytes = 1048576)
+    [regions.brokers]              # absent: the region runs no broker; brokers start after the bookies
+    count = 2
+    host = "127.0.0.1"
+    port_base = 0                  # binary protocol (pulsar://); non-zero: broker n gets base + n - 1
+    http_port_base = 0             # admin REST, lookup and /metrics
+    # any other key is copied into every broker's broker.toml (e.g. default_namespace_bundles = 8)
 
 Adding a process kind means adding its settings dataclass here (one field per key, the type annotation is
 the check, ``problems()`` for the rest), a line in :func:`_parse_region`, and a spec in ``clusters.kinds``.
@@ -128,12 +134,57 @@ class BookiesSettings:
 
 
 @dataclass(frozen=True)
+class BrokersSettings:
+    """``[regions.brokers]``: ``count`` brokers of one region (after its bookies in start order).
+
+    Keys not declared here go to ``extra`` and are copied into every broker's ``broker.toml`` (e.g.
+    ``default_namespace_bundles = 8``), scalars only, never a key the supervisor sets (:attr:`RESERVED`).
+    The managed-ledger quorums default to what the region's bookies allow (E = min(3, bookies),
+    Qw = Qa = min(2, E)) unless given here.
+    """
+
+    count: int = 1
+    host: str = "127.0.0.1"
+    port_base: int = 0
+    http_port_base: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    PASSTHROUGH: ClassVar[bool] = True
+    RESERVED: ClassVar[frozenset[str]] = frozenset(
+        {"broker_id", "cluster", "bind_host", "advertised_host", "port", "http_port", "data_dir", "zookeeper",
+         "configuration_store"}
+    )
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not 1 <= self.count <= 64:
+            yield "count", f"must be in [1, 64], got {self.count}"
+        yield from _host_problems("host", self.host)
+        for key in ("port_base", "http_port_base"):
+            base = getattr(self, key)
+            yield from _port_problems(key, base)
+            if base and base + self.count - 1 > 65535:
+                yield key, f"{base} + count - 1 exceeds 65535"
+        if self.port_base and self.http_port_base:
+            binary = set(range(self.port_base, self.port_base + self.count))
+            if binary & set(range(self.http_port_base, self.http_port_base + self.count)):
+                yield "http_port_base", "the binary-protocol and HTTP port ranges overlap"
+        for key, value in self.extra.items():
+            if key in self.RESERVED:
+                yield key, "is set by the supervisor for each broker and cannot be given here"
+            elif not _is_toml_scalar(value) and not (
+                isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
+            ):
+                yield key, f"passed through to broker.toml, so it must be a scalar or an array of scalars, got {_describe(value)}"
+
+
+@dataclass(frozen=True)
 class Region:
     """One ``[[regions]]`` entry: a local ZooKeeper and the servers that use it."""
 
     name: str
     zookeeper: ZooKeeperSettings
     bookies: Optional[BookiesSettings] = None
+    brokers: Optional[BrokersSettings] = None
 
 
 @dataclass(frozen=True)
@@ -227,11 +278,12 @@ class _Parser:
         )
 
     def _region(self, raw: dict[str, Any], where: str) -> Region:
-        self._no_unknown(raw, {"name", "zookeeper", "bookies"}, where)
+        self._no_unknown(raw, {"name", "zookeeper", "bookies", "brokers"}, where)
         name = self._name(raw, "name", where)
         zookeeper = self.section(ZooKeeperSettings, raw.get("zookeeper", {}), f"{where}.zookeeper")
         bookies = self.section(BookiesSettings, raw["bookies"], f"{where}.bookies") if "bookies" in raw else None
-        return Region(name=name, zookeeper=zookeeper, bookies=bookies)
+        brokers = self.section(BrokersSettings, raw["brokers"], f"{where}.brokers") if "brokers" in raw else None
+        return Region(name=name, zookeeper=zookeeper, bookies=bookies, brokers=brokers)
 
     def _name(self, table: dict[str, Any], key: str, where: str) -> str:
         path = f"{where}.{key}" if where else key

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from magnetar.topic_name import decode_local_name, encode_local_name
 
 from .errors import (BadVersionError, InvalidMetadataError, MetadataUnavailableError, NodeExistsError,
-                     NotFoundError, SessionLostError)
+                     NotEmptyError, NotFoundError, SessionLostError)
 from .models import Versioned, _dumps, _field, _loads, _str_dict
 from .store import MetadataStore, join_path
 
@@ -261,8 +261,13 @@ class ManagedLedgerStore:
         return await cas_write(self.store, managed_ledger_path(name), info.to_json(), expected_version)
 
     async def delete(self, name: str) -> None:
-        """Deletes the managed ledger's node and its cursors. A missing one is a no-op."""
-        await self.store.delete(managed_ledger_path(name), recursive=True)
+        """Deletes the managed ledger's cursors and node. A missing one is a no-op. If other nodes live below
+        it (a managed ledger whose name extends this one), the node stays as an empty intermediate node."""
+        await self.store.delete(cursors_path(name), recursive=True)
+        try:
+            await self.store.delete(managed_ledger_path(name))
+        except NotEmptyError:
+            await self.store.set(managed_ledger_path(name), b"", expected_version=-1)
 
     async def list(self, prefix: str) -> list[str]:
         """Names of managed ledgers directly under ``prefix`` (e.g. ``tenant/ns/persistent``), sorted."""

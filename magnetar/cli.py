@@ -59,6 +59,17 @@ def bookie(config: pathlib.Path = typer.Option(..., "--config", help="bookie.tom
 
 
 @app.command()
+def broker(config: pathlib.Path = typer.Option(..., "--config", help="broker.toml")) -> None:
+    """Run a broker (Pulsar binary protocol, admin REST and lookup, /metrics)."""
+    from broker.process import run
+
+    try:
+        run(config)
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
 def up(
     topology: pathlib.Path = typer.Argument(..., help="Topology file, e.g. clusters/standalone.toml."),
     data_dir: pathlib.Path = typer.Option(..., "--data-dir", help="Where every process keeps its data and logs."),
@@ -110,6 +121,14 @@ def demo(
         raise typer.Exit(code=run_demo(data_dir, topology=topology))
     except MagnetarError as err:
         _fail(err)
+
+
+from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registration)
+from magnetar.client_cli import consume, produce  # noqa: E402
+
+app.add_typer(admin_app, name="admin")
+app.command()(produce)
+app.command()(consume)
 
 
 def main() -> None:

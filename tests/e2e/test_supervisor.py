@@ -112,11 +112,13 @@ def processes_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for region in doc["regions"].values():
         found.append(region["zookeeper"])
         found.extend(region.get("bookies", []))
+        found.extend(region.get("brokers", []))
     return found
 
 
 def assert_serving(doc: dict[str, Any]) -> None:
-    """Every endpoint in topology.json answers: ZooKeepers `ruok`, bookies GetBookieInfo and /metrics."""
+    """Every endpoint in topology.json answers: ZooKeepers `ruok`, bookies GetBookieInfo and /metrics,
+    brokers /health, /metrics and their binary port."""
     for entry in processes_of(doc):
         if entry["kind"] == "zookeeper":
             host, port = entry["connect"].rsplit(":", 1)
@@ -133,6 +135,15 @@ def assert_serving(doc: dict[str, Any]) -> None:
             assert info.bookie_id == entry["bookie_id"] == entry["name"]
             with urllib.request.urlopen(entry["metrics"], timeout=5) as response:
                 assert response.status == 200
+        elif entry["kind"] == "broker":
+            import urllib.request
+
+            with urllib.request.urlopen(entry["http"] + "/health", timeout=5) as response:
+                assert response.status == 200
+            with urllib.request.urlopen(entry["metrics"], timeout=5) as response:
+                assert response.status == 200
+            host, port = entry["pulsar"].removeprefix("pulsar://").rsplit(":", 1)
+            assert is_listening(host, int(port)), entry
 
 
 def status_json(ddir: DataDir) -> tuple[int, dict[str, Any]]:
@@ -155,6 +166,11 @@ def test_up_status_sigkill_down_up_again_and_down_without_supervisor(deployment)
     assert sorted(e["name"] for e in entries) == sorted(r["name"] for r in state["processes"])
     if BOOKIES_EXIST:
         assert [b["name"] for b in doc["regions"]["standalone"]["bookies"]] == [f"standalone-bookie-{n}" for n in (1, 2, 3)]
+        brokers = doc["regions"]["standalone"]["brokers"]
+        assert [b["name"] for b in brokers] == ["standalone-broker-1", "standalone-broker-2"]
+        for broker in brokers:
+            assert broker["pulsar"].startswith("pulsar://127.0.0.1:") and broker["http"].startswith("http://127.0.0.1:")
+            assert broker["metrics"] == broker["http"] + "/metrics" and broker["broker_id"] == broker["name"]
     for entry in entries:
         assert pathlib.Path(entry["log"]) == ddir.logs / f"{entry['name']}.log" and pathlib.Path(entry["log"]).exists()
         # each in its own process group (and session), apart from the supervisor and from each other

@@ -336,6 +336,13 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
             ml._positions = list(old._positions)
             ml._data = dict(old._data)
             ml.entries_added = old.entries_added
+        for (ml_name, cursor_name), (md, deleted, props) in list(self._saved_cursors.items()):
+            if ml_name == name:  # durable cursors come back with their ledger, as a real recovery does
+                cursor = MemoryCursor(ml, cursor_name, md, durable=True)
+                cursor._deleted = set(deleted)
+                cursor.properties = dict(props)
+                cursor._advance()
+                ml._cursors[cursor_name] = cursor
         self._open[name] = ml
         self._stored[name] = ml
         if self.on_open:

@@ -1,0 +1,55 @@
+"""The broker's HTTP server: admin REST (``/admin/v2``), lookup (added by the process), ``/metrics`` and
+``/health``, one aiohttp application on one port."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+from .. import metrics_names as names
+from . import cluster_info, clusters, namespaces, tenants, topics
+from .context import AdminContext
+from .errors import error_middleware, metrics_middleware
+from .keys import CONTEXT
+
+_MODULES = (clusters, tenants, namespaces, topics, cluster_info)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[CONTEXT].metrics_registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _health(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    ok, reason = (True, "ok") if ctx.health is None else ctx.health()
+    return web.Response(text=reason + "\n", status=200 if ok else 503)
+
+
+def make_app(ctx: AdminContext, *, extra_routes: Iterable[web.RouteTableDef] = (),
+             client_max_size_bytes: int = 1024 * 1024) -> web.Application:
+    """The application; its HTTP client (for fan-out and forwarding) opens on startup and closes on cleanup."""
+    requests = Counter(names.HTTP_REQUESTS, "HTTP requests served, by method, route and status",
+                       ["method", "route", "status"], registry=ctx.metrics_registry)
+    seconds = Histogram(names.HTTP_REQUEST_SECONDS, "HTTP request latency, by route", ["route"],
+                        registry=ctx.metrics_registry)
+    app = web.Application(middlewares=[metrics_middleware(requests, seconds), error_middleware],
+                          client_max_size=client_max_size_bytes)
+    app[CONTEXT] = ctx
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/health", _health)
+    for module in _MODULES:
+        app.add_routes(module.routes)
+    for table in extra_routes:
+        app.add_routes(table)
+
+    async def client_lifecycle(app: web.Application):
+        ctx.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        yield
+        await ctx.http.close()
+
+    app.cleanup_ctx.append(client_lifecycle)
+    return app

@@ -1,0 +1,97 @@
+"""What the REST handlers work with, and the owner-forwarding rule every topic operation follows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from yarl import URL
+
+from config_store import ConfigurationStore, NotFoundError, Policies, RegionStore
+from config_store.brokers import BrokerRegistry
+from magnetar.topic_name import TopicName
+
+from ..ownership import BundleOwnership, bundles_data, default_boundaries
+from .errors import RestError, not_found
+
+HealthCheck = Callable[[], tuple[bool, str]]
+
+
+@dataclass
+class AdminContext:
+    """Everything the HTTP server of one broker serves from.
+
+    Attributes:
+        cluster: the region this broker serves.
+        configuration: the global configuration store.
+        region: the region's local store (bookies).
+        brokers: live brokers and bundle ownership records.
+        ownership: lookup, acquisition and unloading of bundles.
+        service: the binary-protocol service (topics); None until it is wired (topic calls answer 503).
+        ml_factory: lists managed ledgers (the topics of a namespace in this region); None: no listing.
+        default_bundles: bundles of a namespace created without explicit ones.
+        max_partitions_per_topic: bound of a partitioned topic's partition count.
+        metrics_registry: what ``/metrics`` serves.
+        health: ``/health``'s check.
+        fanout_concurrency: parallel requests when a call spans the owners of many partitions or bundles.
+    """
+
+    cluster: str
+    configuration: ConfigurationStore
+    region: RegionStore
+    brokers: BrokerRegistry
+    ownership: BundleOwnership
+    service: Any = None
+    ml_factory: Any = None
+    default_bundles: int = 4
+    max_partitions_per_topic: int = 4096
+    metrics_registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    health: Optional[HealthCheck] = None
+    fanout_concurrency: int = 16
+    http: Optional[aiohttp.ClientSession] = None
+
+    # -- helpers shared by the handlers ---------------------------------------------------------------------
+
+    def require_service(self) -> Any:
+        if self.service is None:
+            raise RestError(503, "this broker does not serve topics yet")
+        return self.service
+
+    async def policies(self, tenant: str, namespace: str) -> Policies:
+        """The namespace's policies; 404 if the namespace (or its tenant) does not exist."""
+        try:
+            return (await self.configuration.get_namespace_policies(tenant, namespace)).value
+        except NotFoundError:
+            raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
+
+    def default_bundles_data(self) -> dict[str, Any]:
+        return bundles_data(default_boundaries(self.default_bundles))
+
+    async def ensure_owner(self, request: web.Request, topic: TopicName) -> None:
+        """Returns if this broker serves ``topic`` (acquiring its bundle if it is the one to); otherwise
+        answers 307 to the owner (or to the broker chosen to own it, with ``authoritative=true``), the same
+        method, path and query, as Pulsar does."""
+        authoritative = request.query.get("authoritative", "").lower() == "true"
+        result = await self.ownership.lookup(str(topic), authoritative=authoritative)
+        if result.is_self:
+            return
+        raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect))
+
+    def client(self) -> aiohttp.ClientSession:
+        if self.http is None or self.http.closed:
+            raise RestError(503, "the broker's HTTP client is not running")
+        return self.http
+
+
+def redirect_location(request: web.Request, base_url: str, *, authoritative: bool) -> str:
+    """``base_url`` + this request's raw path and query (plus ``authoritative=true`` when asked)."""
+    if not base_url:
+        raise RestError(503, "the owner broker has no HTTP address; retry")
+    query = dict(request.rel_url.query)
+    if authoritative:
+        query["authoritative"] = "true"
+    url = URL(base_url).with_path(request.rel_url.raw_path, encoded=True)
+    return str(url.with_query(query) if query else url)

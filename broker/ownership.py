@@ -1,0 +1,684 @@
+"""Topic ownership through namespace bundles, as Pulsar does it.
+
+Theory of operation
+-------------------
+A namespace is cut into *bundles*: ranges of a 32-bit hash space. A topic belongs to the bundle whose
+range holds ``crc32(complete topic name)`` (Pulsar hashes with Guava's CRC32 the same way). The boundaries
+live in the namespace's policies (``"bundles": {"boundaries": ["0x00000000", ...], "numBundles": n}``);
+a namespace without them gets the broker default (4 bundles), pinned into its policies by compare-and-set
+the first time a broker needs them, so every broker agrees.
+
+A bundle is served by exactly one broker: its owner holds the ephemeral node
+``/namespace/<tenant>/<ns>/<bundle>`` in the region's ZooKeeper (``config_store.BrokerRegistry``). A
+lookup for a topic:
+
+* bundle owned (by anyone) -> Connect to the owner (authoritative), as Pulsar answers;
+* owner record ``disabled`` (its owner is unloading it) -> :class:`ServiceUnitNotReadyError` (retriable);
+* unowned -> choose the least-loaded live broker from the ``/brokers/*`` load reports (ties broken by a
+  per-bundle hash, so equal brokers split bundles evenly); if that is this broker, or the request is
+  *authoritative* (a redirected client: the broker that redirected it chose us), create the ephemeral
+  node: winning the create is acquiring, losing it means someone else did, so read again; otherwise
+  answer Redirect (authoritative) to the chosen broker, which acquires when the client asks it.
+
+Losing ownership. When the ZooKeeper session is LOST every ephemeral node of this broker is gone, so the
+owned map is cleared at once (``is_owned_by_me`` turns False before any other coroutine runs) and the
+topics of those bundles are unloaded through the unloader the process wires in; the next lookup assigns
+the bundles again (possibly here). A broker that dies loses its nodes with its session; the next owner's
+managed-ledger open fences the old ledgers.
+
+Unloading a bundle (admin, shutdown, namespace deletion) follows Pulsar's order: mark the owner record
+disabled (lookups answer "not ready" instead of sending clients here), unload its topics (clients are
+disconnected and look up again), then delete the node. On shutdown the broker first removes its
+``/brokers/<id>`` registration so nobody assigns it new bundles, then unloads everything it owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import enum
+import logging
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from config_store import (BadVersionError, ConfigurationStore, EphemeralRegistration, InvalidMetadataError,
+                          MetadataError, MetadataStore, NotFoundError, Policies, SessionEvent)
+from config_store.brokers import BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner
+from magnetar.errors import MagnetarError
+from magnetar.protocol import pb
+from magnetar.topic_name import TopicName
+
+from . import metrics_names as names
+from .ownership_api import LookupResult, Ownership
+
+log = logging.getLogger("broker.ownership")
+
+ServerError = pb.ServerError
+FULL_UPPER_BOUND = 0xFFFFFFFF
+BUNDLES_MAX = 1024
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+class OwnershipError(MagnetarError):
+    """Root of ownership and lookup errors.
+
+    Like the service's errors, each class names the protocol ``server_error`` a client receives in a
+    failed LOOKUP and the ``http_status`` the REST API answers.
+    """
+
+    server_error: int = ServerError.UnknownError
+    http_status: int = 500
+
+
+class NamespaceNotFoundError(OwnershipError):
+    """The topic's namespace does not exist in the configuration store."""
+
+    server_error = ServerError.TopicNotFound
+    http_status = 404
+
+
+class BundleNotFoundError(OwnershipError):
+    """No bundle of the namespace has that name."""
+
+    server_error = ServerError.TopicNotFound
+    http_status = 404
+
+
+class ServiceUnitNotReadyError(OwnershipError):
+    """The bundle cannot be served right now (being unloaded, no broker available, this broker closing,
+    metadata store unreachable). Clients retry their lookup (Pulsar's ``ServiceNotReady``)."""
+
+    server_error = ServerError.ServiceNotReady
+    http_status = 503
+    retriable = True
+
+
+# ---------------------------------------------------------------------------------------------- bundles (pure)
+
+
+def topic_hash(topic: str) -> int:
+    """The 32-bit hash that places a topic in a bundle: CRC32 of the complete name, as Pulsar's default."""
+    return zlib.crc32(topic.encode("utf-8"))
+
+
+def default_boundaries(num_bundles: int) -> list[int]:
+    """``num_bundles`` equal ranges over the hash space (Pulsar's ``getBundles``: 4 gives 0x00000000,
+    0x40000000, 0x80000000, 0xc0000000, 0xffffffff)."""
+    if type(num_bundles) is not int or not 1 <= num_bundles <= BUNDLES_MAX:
+        raise ValueError(f"the number of bundles must be an integer in 1..{BUNDLES_MAX}, got {num_bundles!r}")
+    seg = (1 << 32) // num_bundles
+    return [i * seg for i in range(num_bundles)] + [FULL_UPPER_BOUND]
+
+
+def bundles_data(boundaries: list[int]) -> dict[str, Any]:
+    """Pulsar's ``BundlesData`` JSON for ``boundaries``."""
+    return {"boundaries": [f"0x{b:08x}" for b in boundaries], "numBundles": len(boundaries) - 1}
+
+
+def parse_bundles_data(data: Any) -> list[int]:
+    """The boundaries of a ``BundlesData`` object (``boundaries`` and/or ``numBundles``); ValueError if
+    malformed. Boundaries must be ``0x`` hex strings, strictly ascending from 0 to 0xffffffff."""
+    if not isinstance(data, dict):
+        raise ValueError("bundles must be an object with 'boundaries' and/or 'numBundles'")
+    num = data.get("numBundles")
+    if num is not None and (type(num) is not int or not 1 <= num <= BUNDLES_MAX):
+        raise ValueError(f"bundles.numBundles must be an integer in 1..{BUNDLES_MAX}, got {num!r}")
+    raw = data.get("boundaries")
+    if raw is None:
+        if num is None:
+            raise ValueError("bundles needs 'boundaries' or 'numBundles'")
+        return default_boundaries(num)
+    if not isinstance(raw, list) or not all(isinstance(b, str) for b in raw):
+        raise ValueError("bundles.boundaries must be a list of hex strings like \"0x40000000\"")
+    try:
+        bounds = [int(b, 16) if b.lower().startswith("0x") else _bad_hex(b) for b in raw]
+    except ValueError:
+        raise ValueError(f"bundles.boundaries must be hex strings like \"0x40000000\", got {raw}") from None
+    if len(bounds) < 2 or len(bounds) - 1 > BUNDLES_MAX:
+        raise ValueError(f"bundles.boundaries must hold 2..{BUNDLES_MAX + 1} values, got {len(bounds)}")
+    if bounds[0] != 0 or bounds[-1] != FULL_UPPER_BOUND:
+        raise ValueError("bundles.boundaries must start at 0x00000000 and end at 0xffffffff")
+    if any(b >= c for b, c in zip(bounds, bounds[1:])):
+        raise ValueError("bundles.boundaries must be strictly ascending")
+    if num is not None and num != len(bounds) - 1:
+        raise ValueError(f"bundles.numBundles ({num}) does not match the boundaries ({len(bounds) - 1} bundles)")
+    return bounds
+
+
+def _bad_hex(text: str) -> int:
+    raise ValueError(text)
+
+
+@dataclass(frozen=True, order=True)
+class NamespaceBundle:
+    """One hash range ``[lower, upper)`` of a namespace (the last range includes 0xffffffff)."""
+
+    tenant: str
+    namespace: str
+    lower: int
+    upper: int
+
+    @property
+    def name(self) -> str:
+        """Pulsar's bundle name, e.g. ``0x00000000_0x40000000``."""
+        return f"0x{self.lower:08x}_0x{self.upper:08x}"
+
+    @property
+    def namespace_name(self) -> str:
+        return f"{self.tenant}/{self.namespace}"
+
+    def contains(self, hash_value: int) -> bool:
+        return self.lower <= hash_value < self.upper or (self.upper == FULL_UPPER_BOUND == hash_value)
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.namespace}/{self.name}"
+
+
+class NamespaceBundles:
+    """The bundles of one namespace, found by hash in O(log n)."""
+
+    def __init__(self, tenant: str, namespace: str, boundaries: list[int]) -> None:
+        self.tenant = tenant
+        self.namespace = namespace
+        self.boundaries = list(boundaries)
+        self.bundles = [NamespaceBundle(tenant, namespace, lo, hi) for lo, hi in zip(boundaries, boundaries[1:])]
+
+    def find(self, hash_value: int) -> NamespaceBundle:
+        index = bisect.bisect_right(self.boundaries, hash_value) - 1
+        return self.bundles[min(index, len(self.bundles) - 1)]
+
+    def for_topic(self, topic: TopicName) -> NamespaceBundle:
+        return self.find(topic_hash(str(topic)))
+
+    def get(self, name: str) -> NamespaceBundle | None:
+        for bundle in self.bundles:
+            if bundle.name == name:
+                return bundle
+        return None
+
+
+def rendezvous(bundle: NamespaceBundle, broker_id: str) -> int:
+    """A stable per-(bundle, broker) number: among equally loaded brokers the lowest one wins, so ties
+    spread bundles evenly and every broker breaks them the same way."""
+    return zlib.crc32(f"{bundle}|{broker_id}".encode())
+
+
+# ---------------------------------------------------------------------------------------------- the service
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    STARTED = "started"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass
+class _Owned:
+    bundle: NamespaceBundle
+    version: int  # of our ownership node, for compare-and-set
+    acquired_at_s: float
+    releasing: bool = False
+
+
+Unloader = Callable[[NamespaceBundle], Awaitable[Any]]
+LoadSource = Callable[[], BrokerLoad]
+
+
+class BundleOwnership(Ownership):
+    """Namespace-bundle ownership in the region's ZooKeeper (see the module docstring).
+
+    Lifecycle: construct, wire ``set_unloader`` / ``set_load_source``, ``await start(urls...)`` (registers
+    ``/brokers/<broker_id>``), serve lookups, ``await close()`` (deregisters, unloads and releases every
+    owned bundle; idempotent).
+
+    Args:
+        local_store: the region's metadata store (ownership and broker registrations).
+        configuration: the global configuration store (namespace policies: bundle boundaries).
+        broker_id: this broker's id under ``/brokers``.
+        cluster: the region this broker serves.
+        default_bundles: bundles of a namespace whose policies name none.
+        load_report_interval_ms: how often the load report is refreshed when it changed.
+        registry: where the ownership metrics go (a fresh one if None).
+    """
+
+    _ATTEMPTS_MAX = 8
+    _RELEASE_ATTEMPTS_MAX = 5
+
+    def __init__(self, *, local_store: MetadataStore, configuration: ConfigurationStore, broker_id: str,
+                 cluster: str, default_bundles: int = 4, load_report_interval_ms: int = 5000,
+                 registry: Optional[CollectorRegistry] = None) -> None:
+        default_boundaries(default_bundles)  # validates
+        self.broker_id = broker_id
+        self.cluster = cluster
+        self.instance = uuid.uuid4().hex
+        self.default_bundles = default_bundles
+        self.load_report_interval_s = load_report_interval_ms / 1000
+        self.pulsar_url = ""
+        self.pulsar_url_tls = ""
+        self.http_url = ""
+        self.http_url_tls = ""
+        self._store = local_store
+        self._configuration = configuration
+        self._registry = BrokerRegistry(local_store)
+        self._policies = None
+        self._bundles: dict[tuple[str, str], NamespaceBundles] = {}
+        self._owned: dict[NamespaceBundle, _Owned] = {}
+        self._locks: dict[NamespaceBundle, asyncio.Lock] = {}
+        self._registration: Optional[EphemeralRegistration] = None
+        self._published: Optional[BrokerLoad] = None
+        self._unloader: Optional[Unloader] = None
+        self._load_source: Optional[LoadSource] = None
+        self._tasks: set[asyncio.Task] = set()
+        self._state = _State.NEW
+        registry = registry if registry is not None else CollectorRegistry()
+        self._m_owned = Gauge(names.OWNED_BUNDLES, "Namespace bundles this broker owns", registry=registry)
+        self._m_owned.set_function(lambda: sum(1 for o in self._owned.values() if not o.releasing))
+        self._m_lookups = Counter(names.LOOKUPS, "Topic lookups answered, by answer", ["answer"], registry=registry)
+        self._m_released = Counter(names.BUNDLES_RELEASED, "Bundles released, by reason", ["reason"],
+                                   registry=registry)
+        self._m_acquired = Counter(names.BUNDLES_ACQUIRED, "Bundles acquired", registry=registry)
+
+    # ------------------------------------------------------------------------------------------ wiring
+
+    def set_unloader(self, unloader: Unloader) -> None:
+        """``await unloader(bundle)`` closes every topic of ``bundle`` this broker serves (clients are
+        told to reconnect); called when a bundle is unloaded or lost."""
+        self._unloader = unloader
+
+    def set_load_source(self, source: LoadSource) -> None:
+        """``source()`` measures this broker's load (topics, producers, ...); bundles are counted here."""
+        self._load_source = source
+
+    @property
+    def registry(self) -> BrokerRegistry:
+        return self._registry
+
+    @property
+    def started(self) -> bool:
+        return self._state is _State.STARTED
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, pulsar_url: str, http_url: str, pulsar_url_tls: str = "", http_url_tls: str = "") -> None:
+        """Publishes ``/brokers/<broker_id>`` and starts serving lookups. Idempotent."""
+        if self._state is _State.STARTED:
+            return
+        if self._state is not _State.NEW:
+            raise OwnershipError("a closed BundleOwnership cannot be restarted")
+        self.pulsar_url, self.http_url = pulsar_url, http_url
+        self.pulsar_url_tls, self.http_url_tls = pulsar_url_tls, http_url_tls
+        self._policies = self._configuration.policies_cache()
+        self._policies.add_listener(self._on_policies)
+        self._store.add_session_listener(self._on_session)
+        load = self._measure()
+        self._registration = await self._registry.register(self._registration_of(load))
+        self._published = load
+        self._state = _State.STARTED
+        self._spawn(self._report_loop(), "load-report")
+        log.info("broker %s registered (%s, %s), instance %s", self.broker_id, pulsar_url, http_url, self.instance)
+
+    async def close(self) -> None:
+        """Deregisters, unloads and releases every owned bundle, stops background work. Idempotent."""
+        if self._state in (_State.CLOSING, _State.CLOSED):
+            return
+        if self._state is _State.NEW:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSING
+        if self._registration is not None:
+            try:
+                await self._registration.close()  # nobody assigns us a bundle from now on
+            except MetadataError as e:
+                log.warning("could not remove /brokers/%s: %s (it goes with the session)", self.broker_id, e)
+        for _ in range(3):
+            owned = [b for b, o in self._owned.items() if not o.releasing]
+            if not owned:
+                break
+            log.info("releasing %d bundle(s): %s", len(owned), ", ".join(str(b) for b in sorted(owned)))
+            await asyncio.gather(*(self._unload(b, reason="shutdown") for b in owned))
+        self._store.remove_session_listener(self._on_session)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._policies is not None:
+            self._policies.close()
+        self._state = _State.CLOSED
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=f"ownership:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ownership task %s died", task.get_name(), exc_info=task.exception())
+
+    # ------------------------------------------------------------------------------------------ bundles
+
+    async def namespace_bundles(self, tenant: str, namespace: str) -> NamespaceBundles:
+        """The namespace's bundles (pinning the default boundaries into its policies if it has none).
+
+        Raises:
+            NamespaceNotFoundError: the namespace does not exist.
+        """
+        key = (tenant, namespace)
+        cached = self._bundles.get(key)
+        if cached is not None:
+            return cached
+        if self._state is _State.CLOSED or self._policies is None:
+            raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
+                " any more" if self._state is _State.CLOSED else " yet"))
+        try:
+            policies = await self._policies.get(tenant, namespace)
+        except InvalidMetadataError as e:
+            raise NamespaceNotFoundError(f"namespace {tenant}/{namespace}: {e}") from None
+        except MetadataError as e:
+            raise ServiceUnitNotReadyError(f"namespace {tenant}/{namespace}: policies unavailable: {e}") from None
+        if policies is None:
+            raise NamespaceNotFoundError(f"namespace {tenant}/{namespace} does not exist")
+        if policies.bundles is None:
+            policies = await self._pin_default_bundles(tenant, namespace)
+        try:
+            bundles = NamespaceBundles(tenant, namespace, parse_bundles_data(policies.bundles))
+        except ValueError as e:
+            raise OwnershipError(f"namespace {tenant}/{namespace}: unusable bundles in its policies: {e}") from None
+        self._bundles[key] = bundles
+        return bundles
+
+    async def _pin_default_bundles(self, tenant: str, namespace: str) -> Policies:
+        def pin(p: Policies) -> Policies:
+            if p.bundles is None:
+                p.bundles = bundles_data(default_boundaries(self.default_bundles))
+            return p
+
+        try:
+            versioned = await self._configuration.update_namespace_policies(tenant, namespace, pin)
+        except NotFoundError:
+            raise NamespaceNotFoundError(f"namespace {tenant}/{namespace} does not exist") from None
+        except MetadataError as e:
+            raise ServiceUnitNotReadyError(f"namespace {tenant}/{namespace}: cannot pin its bundles: {e}") from None
+        log.info("namespace %s/%s had no bundles: pinned %s", tenant, namespace, versioned.value.bundles)
+        return versioned.value
+
+    async def bundle_of(self, topic: str | TopicName) -> NamespaceBundle:
+        """The bundle ``topic`` belongs to (InvalidTopicNameError, NamespaceNotFoundError)."""
+        name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+        bundles = await self.namespace_bundles(name.tenant, name.namespace_portion)
+        return bundles.for_topic(name)
+
+    def cached_bundle_of(self, topic: str | TopicName) -> NamespaceBundle | None:
+        """The bundle of ``topic`` if its namespace's bundles are known here (no I/O), else None."""
+        name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+        bundles = self._bundles.get((name.tenant, name.namespace_portion))
+        return None if bundles is None else bundles.for_topic(name)
+
+    def owned_bundles(self) -> list[NamespaceBundle]:
+        """The bundles this broker serves right now (not those being released), sorted."""
+        return sorted(b for b, o in self._owned.items() if not o.releasing)
+
+    # ------------------------------------------------------------------------------------------ Ownership
+
+    async def is_owned_by_me(self, topic: str) -> bool:
+        if self._state is not _State.STARTED:
+            return False
+        try:
+            bundle = await self.bundle_of(topic)
+        except (NamespaceNotFoundError, ServiceUnitNotReadyError):
+            return False
+        owned = self._owned.get(bundle)
+        return owned is not None and not owned.releasing
+
+    async def lookup(self, topic: str, *, authoritative: bool = False) -> LookupResult:
+        """Where ``topic`` is served (see the module docstring); acquires its bundle when this broker is
+        the one to serve it.
+
+        Raises:
+            InvalidTopicNameError, NamespaceNotFoundError, ServiceUnitNotReadyError (retriable).
+        """
+        if self._state in (_State.NEW, _State.CLOSED):
+            raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
+                " any more" if self._state is _State.CLOSED else " yet"))
+        try:
+            result = await self._lookup(await self.bundle_of(topic), authoritative)
+        except OwnershipError:
+            self._m_lookups.labels("error").inc()
+            raise
+        self._m_lookups.labels("redirect" if result.redirect else "connect").inc()
+        return result
+
+    async def _lookup(self, bundle: NamespaceBundle, authoritative: bool) -> LookupResult:
+        for _ in range(self._ATTEMPTS_MAX):
+            owned = self._owned.get(bundle)
+            if owned is not None:
+                if owned.releasing:
+                    raise ServiceUnitNotReadyError(f"bundle {bundle} is being unloaded; retry")
+                return self._self_result()
+            try:
+                current = await self._registry.get_owner(bundle.tenant, bundle.namespace, bundle.name)
+            except MetadataError as e:
+                raise ServiceUnitNotReadyError(f"bundle {bundle}: ownership unavailable: {e}") from None
+            if current is not None:
+                owner = current.value
+                if owner.broker_id == self.broker_id:
+                    if owner.instance == self.instance:
+                        # Our own node: either an acquisition finishing right now, or one being released.
+                        async with self._lock(bundle):
+                            if bundle in self._owned:
+                                continue
+                        raise ServiceUnitNotReadyError(f"bundle {bundle} is being released; retry")
+                    await self._drop_stale(bundle, current.version, owner)
+                    continue
+                if owner.disabled:
+                    raise ServiceUnitNotReadyError(f"bundle {bundle} is being unloaded by {owner.broker_id}; retry")
+                return LookupResult(is_self=False, broker_service_url=owner.native_url,
+                                    broker_service_url_tls=owner.native_url_tls, http_url=owner.http_url,
+                                    authoritative=True, redirect=False)
+            # Unowned: assign it.
+            if self._state is not _State.STARTED:
+                target = await self._choose_broker(bundle, exclude_self=True)
+            elif authoritative:
+                target = None
+            else:
+                target = await self._choose_broker(bundle, exclude_self=False)
+            if target is None:
+                if await self._acquire(bundle):
+                    return self._self_result()
+                continue  # lost the race or closing: read again
+            return LookupResult(is_self=False, broker_service_url=target.pulsar_service_url,
+                                broker_service_url_tls=target.pulsar_service_url_tls,
+                                http_url=target.web_service_url, authoritative=True, redirect=True)
+        raise ServiceUnitNotReadyError(f"bundle {bundle}: ownership kept changing; retry")
+
+    def _self_result(self) -> LookupResult:
+        return LookupResult(is_self=True, broker_service_url=self.pulsar_url,
+                            broker_service_url_tls=self.pulsar_url_tls, http_url=self.http_url,
+                            authoritative=True, redirect=False)
+
+    def _lock(self, bundle: NamespaceBundle) -> asyncio.Lock:
+        lock = self._locks.get(bundle)
+        if lock is None:
+            lock = self._locks[bundle] = asyncio.Lock()
+        return lock
+
+    async def _choose_broker(self, bundle: NamespaceBundle, *, exclude_self: bool) -> BrokerRegistration | None:
+        """The least-loaded live broker of this region; None means this broker."""
+        try:
+            brokers = await self._registry.list_brokers()
+        except MetadataError as e:
+            raise ServiceUnitNotReadyError(f"cannot list the live brokers: {e}") from None
+        candidates: list[tuple[tuple[int, int], int, str]] = []
+        for broker_id, reg in brokers.items():
+            if reg.cluster and reg.cluster != self.cluster:
+                continue
+            if broker_id == self.broker_id:
+                continue
+            candidates.append(((reg.load.num_bundles, reg.load.num_topics), rendezvous(bundle, broker_id), broker_id))
+        if not exclude_self and self._state is _State.STARTED:
+            mine = self._measure()
+            candidates.append(((mine.num_bundles, mine.num_topics), rendezvous(bundle, self.broker_id), self.broker_id))
+        if not candidates:
+            raise ServiceUnitNotReadyError(f"no live broker can serve bundle {bundle}; retry")
+        _, _, chosen = min(candidates)
+        return None if chosen == self.broker_id else brokers[chosen]
+
+    async def _acquire(self, bundle: NamespaceBundle) -> bool:
+        async with self._lock(bundle):
+            if bundle in self._owned:
+                return not self._owned[bundle].releasing
+            if self._state is not _State.STARTED:
+                return False
+            owner = BundleOwner(broker_id=self.broker_id, native_url=self.pulsar_url, http_url=self.http_url,
+                                instance=self.instance, native_url_tls=self.pulsar_url_tls,
+                                http_url_tls=self.http_url_tls)
+            try:
+                won = await self._registry.try_acquire(bundle.tenant, bundle.namespace, bundle.name, owner)
+            except MetadataError as e:
+                raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot acquire: {e}") from None
+            if not won:
+                return False
+            self._owned[bundle] = _Owned(bundle, version=0, acquired_at_s=time.monotonic())
+        self._m_acquired.inc()
+        log.info("acquired bundle %s", bundle)
+        if self._state is not _State.STARTED:  # close() began while we were creating the node
+            await self._unload(bundle, reason="shutdown")
+            return False
+        await self.publish_load()
+        return True
+
+    async def _drop_stale(self, bundle: NamespaceBundle, version: int, owner: BundleOwner) -> None:
+        """Deletes an ownership node left by an earlier incarnation of this broker (same id, another
+        instance: its session has not expired yet, but that process is gone)."""
+        log.info("bundle %s: removing the ownership node of our previous instance %s", bundle, owner.instance)
+        try:
+            await self._registry.release(bundle.tenant, bundle.namespace, bundle.name, expected_version=version)
+        except BadVersionError:
+            pass  # changed meanwhile: the caller reads it again
+        except MetadataError as e:
+            raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot remove a stale owner: {e}") from None
+
+    # ------------------------------------------------------------------------------------------ unloading
+
+    async def unload(self, bundle: NamespaceBundle) -> bool:
+        """Unloads ``bundle`` if this broker owns it: its topics are closed (clients reconnect and look
+        up again) and the ownership is released. False if this broker did not own it."""
+        return await self._unload(bundle, reason="unload")
+
+    async def _unload(self, bundle: NamespaceBundle, *, reason: str) -> bool:
+        owned = self._owned.get(bundle)
+        if owned is None or owned.releasing:
+            return False
+        owned.releasing = True
+        b = bundle
+        try:
+            try:
+                current = await self._registry.get_owner(b.tenant, b.namespace, b.name)
+                if current is not None and current.value.instance == self.instance:
+                    owned.version = await self._registry.set_disabled(b.tenant, b.namespace, b.name, current.value,
+                                                                      expected_version=current.version)
+            except MetadataError as e:
+                log.warning("bundle %s: could not mark it disabled: %s", bundle, e)
+            if self._unloader is not None:
+                try:
+                    await self._unloader(bundle)
+                except Exception:
+                    log.exception("bundle %s: unloading its topics failed", bundle)
+            await self._release_node(owned)
+        finally:
+            if self._owned.get(bundle) is owned:
+                del self._owned[bundle]
+            self._locks.pop(bundle, None)
+        self._m_released.labels(reason).inc()
+        log.info("released bundle %s (%s)", bundle, reason)
+        if self._state is _State.STARTED:
+            await self.publish_load()
+        return True
+
+    async def _release_node(self, owned: _Owned) -> None:
+        b = owned.bundle
+        delay_s = 0.1
+        for attempt in range(1, self._RELEASE_ATTEMPTS_MAX + 1):
+            try:
+                await self._registry.release(b.tenant, b.namespace, b.name, expected_version=owned.version)
+                return
+            except BadVersionError:
+                log.warning("bundle %s: the ownership node changed under us; leaving it", b)
+                return
+            except MetadataError as e:
+                if not e.retriable or attempt == self._RELEASE_ATTEMPTS_MAX:
+                    log.warning("bundle %s: could not delete the ownership node: %s (it goes with our session)", b, e)
+                    return
+                await asyncio.sleep(delay_s)
+                delay_s *= 2
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event is not SessionEvent.LOST or not self._owned:
+            return
+        lost = [o.bundle for o in self._owned.values()]
+        self._owned.clear()  # synchronously: nothing is served as ours from this point on
+        self._m_released.labels("session_lost").inc(len(lost))
+        log.warning("ZooKeeper session lost: %d bundle(s) are no longer ours: %s", len(lost),
+                    ", ".join(str(b) for b in sorted(lost)))
+        self._spawn(self._unload_lost(lost), "unload-lost")
+
+    async def _unload_lost(self, bundles: list[NamespaceBundle]) -> None:
+        if self._unloader is not None:
+            for bundle in bundles:
+                try:
+                    await self._unloader(bundle)
+                except Exception:
+                    log.exception("bundle %s: unloading its topics after the session loss failed", bundle)
+        await self.publish_load()
+
+    def _on_policies(self, tenant: str, namespace: str, policies: Policies | None) -> None:
+        self._bundles.pop((tenant, namespace), None)
+        if policies is None:
+            doomed = [b for b in self._owned if b.tenant == tenant and b.namespace == namespace]
+            for bundle in doomed:
+                self._spawn(self._unload(bundle, reason="namespace_deleted"), f"unload:{bundle}")
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def _measure(self) -> BrokerLoad:
+        load = BrokerLoad()
+        if self._load_source is not None:
+            try:
+                load = self._load_source()
+            except Exception:
+                log.exception("load measurement failed")
+        return dataclasses.replace(load, num_bundles=sum(1 for o in self._owned.values() if not o.releasing))
+
+    def _registration_of(self, load: BrokerLoad) -> BrokerRegistration:
+        return BrokerRegistration(
+            broker_id=self.broker_id, pulsar_service_url=self.pulsar_url, web_service_url=self.http_url,
+            cluster=self.cluster, instance=self.instance, pulsar_service_url_tls=self.pulsar_url_tls,
+            web_service_url_tls=self.http_url_tls, load=load, last_update_ms=int(time.time() * 1000))
+
+    async def publish_load(self, *, force: bool = False) -> None:
+        """Writes the load report to ``/brokers/<id>`` if it changed (or ``force``)."""
+        if self._registration is None or self._state is not _State.STARTED:
+            return
+        load = self._measure()
+        if load == self._published and not force:
+            return
+        try:
+            await self._registration.update(self._registration_of(load).to_json())
+            self._published = load
+        except MetadataError as e:
+            log.warning("could not publish the load report: %s", e)
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.load_report_interval_s)
+            await self.publish_load()

@@ -1,0 +1,53 @@
+"""Settings of the binary-protocol service (one typed dataclass; the broker process fills it from its TOML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ServiceConfig:
+    """What the binary-protocol service needs to know. Units are in the names.
+
+    Attributes:
+        host: interface to listen on.
+        port: TCP port for ``pulsar://`` (0: any free port; ``BrokerService.port`` tells which).
+        advertised_address: host name clients are told to connect to ("" = ``host``).
+        max_message_size_bytes: advertised in CONNECTED (clients chunk or refuse bigger messages); a SEND
+            whose entry exceeds it is refused.
+        keep_alive_interval_s: PING after this long without traffic; close when the next interval passes
+            without an answer.
+        dispatcher_max_read_batch: most entries a dispatcher reads from a cursor at once.
+        dispatcher_max_round_robin_batch: most messages a Shared dispatcher gives one consumer per turn.
+        max_unacked_messages_per_consumer: a Shared/Key_Shared consumer stops receiving when it holds this
+            many unacknowledged messages (0 = no limit).
+        max_pending_publish_per_connection: stop reading a connection while this many SENDs await storage.
+        max_redelivery_replay_entries: bound on positions a Shared dispatcher holds for redelivery before it
+            stops reading new entries.
+        dedup_snapshot_interval_entries: persist the deduplication state (``pulsar.dedup`` cursor) after
+            this many entries.
+        dedup_recent_positions_max: how many (producer, sequence id) -> position answers are remembered
+            for duplicate receipts.
+        stats_update_interval_s: how often rates (msg/s, bytes/s) are recomputed.
+        subscription_ack_flush_interval_s: cursor state is flushed at least this often by the service
+            (the managed ledger may persist more often).
+        require_namespace: refuse topics whose namespace is absent from the configuration store.
+        server_version: announced in CONNECTED.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertised_address: str = ""
+    max_message_size_bytes: int = 5 * 1024 * 1024
+    keep_alive_interval_s: float = 30.0
+    dispatcher_max_read_batch: int = 100
+    dispatcher_max_round_robin_batch: int = 20
+    max_unacked_messages_per_consumer: int = 50_000
+    max_pending_publish_per_connection: int = 1000
+    max_redelivery_replay_entries: int = 10_000
+    dedup_snapshot_interval_entries: int = 1000
+    dedup_recent_positions_max: int = 10_000
+    stats_update_interval_s: float = 10.0
+    subscription_ack_flush_interval_s: float = 1.0
+    require_namespace: bool = True
+    server_version: str = "Magnetar 0.1"

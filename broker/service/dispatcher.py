@@ -1,0 +1,208 @@
+"""What every dispatcher shares: the consumer list, a read loop task, and the entry filter.
+
+Theory of operation
+-------------------
+
+A dispatcher moves entries from its subscription's cursor to consumers. It runs one task, the *read loop*:
+each round asks the concrete dispatcher (``_round``) to read what its consumers have permits for and send
+it. A round returns what the loop should do next:
+
+* ``PROGRESS``: something was read; run another round at once;
+* ``WAIT_ENTRIES``: caught up with the cursor; sleep until a new entry is written or an event arrives;
+* ``WAIT_EVENT``: nobody can receive (no permits, blocked, stuck replays); sleep until an event arrives.
+
+Events are FLOW, acknowledgements that unblock a consumer or move the mark-delete position, consumers
+joining or leaving, redelivery requests and rewinds; each calls :meth:`wake`. The wake flag is cleared
+at the start of a round, so an event during a round is never lost.
+
+Rewinds (a new active consumer, redeliver-all, seek) bump ``generation``; a round whose read was in
+flight while the generation changed throws its entries away and rewinds again, because the cursor's read
+position may have been moved by the read completing after the rewind.
+
+Filtering: entries already acknowledged (the cursor says so, or an acknowledgement is queued for it) are
+skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from broker.managed_ledger.api import Entry, Position
+
+from .entries import EntryInfo, entry_info, int_to_ack_set
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
+    from .subscription import Subscription
+
+log = logging.getLogger("broker.service.dispatcher")
+
+_ERROR_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class Next(enum.Enum):
+    PROGRESS = 1
+    WAIT_ENTRIES = 2
+    WAIT_EVENT = 3
+
+
+class Dispatcher:
+    """Base class; see the module docstring."""
+
+    def __init__(self, subscription: "Subscription") -> None:
+        self.subscription = subscription
+        self.cursor = subscription.cursor
+        self.config = subscription.config
+        self.consumers: list["Consumer"] = []
+        self.generation = 0
+        self._wakeup = asyncio.Event()
+        self._task: Optional[asyncio.Task] = None
+        self._closed = False
+        self._errors = 0
+        self.log_prefix = f"[{subscription.topic.name}][{subscription.name}]"
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch {self.log_prefix}")
+
+    async def close(self) -> None:
+        """Stops the read loop (idempotent)."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    # --------------------------------------------------------------------------------- consumers
+
+    def add_consumer(self, consumer: "Consumer") -> None:
+        self.consumers.append(consumer)
+        self.start()
+        self.wake()
+
+    def remove_consumer(self, consumer: "Consumer") -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self.wake()
+
+    def consumer_flow(self, consumer: "Consumer") -> None:
+        self.wake()
+
+    def redeliver(self, consumer: "Consumer", positions: Optional[list[Position]]) -> None:
+        raise NotImplementedError
+
+    def on_acked(self, positions: list[Position]) -> None:
+        """Entries were acknowledged individually (hook for per-position bookkeeping)."""
+
+    def after_reset(self) -> None:
+        """The cursor was reset (seek): forget whatever was queued for replay."""
+        self.generation += 1
+        self.wake()
+
+    def active_consumer_name(self) -> Optional[str]:
+        return None
+
+    # --------------------------------------------------------------------------------- the loop
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            self._wakeup.clear()
+            try:
+                nxt = await self._round()
+                self._errors = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = _ERROR_BACKOFF_S[min(self._errors, len(_ERROR_BACKOFF_S) - 1)]
+                self._errors += 1
+                log.warning("%s dispatch round failed (%s: %s); retrying in %.2fs", self.log_prefix,
+                            type(exc).__name__, exc, delay, exc_info=self._errors == 1)
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), delay)
+                except TimeoutError:
+                    pass
+                continue
+            if nxt is Next.PROGRESS:
+                await asyncio.sleep(0)  # let the connection's reader and writers run between rounds
+                continue
+            await self._wait(entries=nxt is Next.WAIT_ENTRIES, loop=loop)
+
+    async def _wait(self, *, entries: bool, loop: asyncio.AbstractEventLoop) -> None:
+        if self._wakeup.is_set():
+            return
+        if not entries:
+            await self._wakeup.wait()
+            return
+        waiters = {loop.create_task(self._wakeup.wait()), loop.create_task(self.cursor.wait_for_entries())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _round(self) -> Next:
+        raise NotImplementedError
+
+    # --------------------------------------------------------------------------------- helpers
+
+    async def _read_new(self, max_entries: int) -> Optional[list[Entry]]:
+        """Reads from the cursor; None when a rewind happened meanwhile (entries dropped)."""
+        generation = self.generation
+        entries = await self.cursor.read_entries(max_entries)
+        if generation != self.generation:
+            self.rewind_cursor()
+            return None
+        return entries
+
+    def rewind_cursor(self) -> None:
+        self.subscription.rewind_cursor()
+
+    def filter_entries(self, entries: list[Entry]) -> list[tuple[Entry, EntryInfo]]:
+        """Drops acknowledged entries and acknowledges markers; returns the rest with their info."""
+        sub = self.subscription
+        out = []
+        for entry in entries:
+            if sub.is_acked(entry.position):
+                continue
+            info = entry_info(entry.data)
+            if info.marker:
+                sub.ack_marker(entry.position)
+                continue
+            out.append((entry, info))
+        return out
+
+    def message_items(self, consumer: "Consumer", batch: list[tuple[Entry, EntryInfo]]):
+        """(entry, messages, redelivery count, ack set) for ``Consumer.send_entries``."""
+        sub = self.subscription
+        counts = sub.redelivery_counts
+        batch_acks = sub.batch_acks
+        items = []
+        for entry, info in batch:
+            pos = entry.position
+            remaining = batch_acks.get(pos)
+            if remaining is not None:
+                ack_set = int_to_ack_set(remaining)
+                messages = bin(remaining).count("1")
+            else:
+                ack_set = ()
+                messages = info.num_messages
+            items.append((entry, messages, counts.get(pos, 0), ack_set))
+        return items
+
+    def estimate_entries(self, permits: int, avg_messages_per_entry: float) -> int:
+        """Entries to read for ``permits`` messages, given the average batch size seen so far."""
+        avg = max(avg_messages_per_entry, 1.0)
+        return max(1, min(self.config.dispatcher_max_read_batch, int(permits / avg) or 1))

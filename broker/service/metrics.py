@@ -1,0 +1,96 @@
+"""Prometheus series of the service, under Apache Pulsar's own names and labels.
+
+One collector reads the live topics at scrape time (nothing is updated on the hot path). Topic series
+carry ``cluster``, ``namespace``, ``topic``; subscription series add ``subscription``. Registered only
+into the registry given to ``BrokerService`` (tests pass a fresh one; None registers nothing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .service import BrokerService
+
+_TOPIC_LABELS = ["cluster", "namespace", "topic"]
+_SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
+
+
+class ServiceCollector(Collector):
+    def __init__(self, service: "BrokerService") -> None:
+        self.service = service
+
+    def describe(self):  # names are fixed, but described lazily: no collision checks against other collectors
+        return []
+
+    def collect(self) -> Iterator:
+        svc = self.service
+        g = {
+            "pulsar_rate_in": GaugeMetricFamily("pulsar_rate_in", "Messages/s published", labels=_TOPIC_LABELS),
+            "pulsar_rate_out": GaugeMetricFamily("pulsar_rate_out", "Messages/s dispatched", labels=_TOPIC_LABELS),
+            "pulsar_throughput_in": GaugeMetricFamily("pulsar_throughput_in", "Bytes/s published",
+                                                      labels=_TOPIC_LABELS),
+            "pulsar_throughput_out": GaugeMetricFamily("pulsar_throughput_out", "Bytes/s dispatched",
+                                                       labels=_TOPIC_LABELS),
+            "pulsar_storage_size": GaugeMetricFamily("pulsar_storage_size", "Bytes stored", labels=_TOPIC_LABELS),
+            "pulsar_msg_backlog": GaugeMetricFamily("pulsar_msg_backlog", "Backlog (entries) over subscriptions",
+                                                    labels=_TOPIC_LABELS),
+            "pulsar_producers_count": GaugeMetricFamily("pulsar_producers_count", "Connected producers",
+                                                        labels=_TOPIC_LABELS),
+            "pulsar_consumers_count": GaugeMetricFamily("pulsar_consumers_count", "Connected consumers",
+                                                        labels=_TOPIC_LABELS),
+            "pulsar_subscriptions_count": GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions",
+                                                            labels=_TOPIC_LABELS),
+            "pulsar_average_msg_size": GaugeMetricFamily("pulsar_average_msg_size", "Average message size (bytes)",
+                                                         labels=_TOPIC_LABELS),
+        }
+        in_msgs = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=_TOPIC_LABELS)
+        in_bytes = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=_TOPIC_LABELS)
+        s = {
+            "pulsar_subscription_back_log": GaugeMetricFamily("pulsar_subscription_back_log",
+                                                              "Subscription backlog (entries)", labels=_SUB_LABELS),
+            "pulsar_subscription_msg_rate_out": GaugeMetricFamily("pulsar_subscription_msg_rate_out",
+                                                                  "Messages/s dispatched", labels=_SUB_LABELS),
+            "pulsar_subscription_msg_throughput_out": GaugeMetricFamily(
+                "pulsar_subscription_msg_throughput_out", "Bytes/s dispatched", labels=_SUB_LABELS),
+            "pulsar_subscription_msg_rate_redeliver": GaugeMetricFamily(
+                "pulsar_subscription_msg_rate_redeliver", "Messages/s redelivered", labels=_SUB_LABELS),
+            "pulsar_subscription_unacked_messages": GaugeMetricFamily(
+                "pulsar_subscription_unacked_messages", "Unacknowledged messages", labels=_SUB_LABELS),
+            "pulsar_subscription_consumers_count": GaugeMetricFamily(
+                "pulsar_subscription_consumers_count", "Connected consumers", labels=_SUB_LABELS),
+        }
+        for name, topic in svc.topics().items():
+            try:
+                st = topic.stats()
+            except Exception:
+                continue
+            labels = [svc.cluster_name, topic.topic_name.namespace, name]
+            subs = st["subscriptions"]
+            g["pulsar_rate_in"].add_metric(labels, st["msgRateIn"])
+            g["pulsar_rate_out"].add_metric(labels, st["msgRateOut"])
+            g["pulsar_throughput_in"].add_metric(labels, st["msgThroughputIn"])
+            g["pulsar_throughput_out"].add_metric(labels, st["msgThroughputOut"])
+            g["pulsar_storage_size"].add_metric(labels, st["storageSize"])
+            g["pulsar_msg_backlog"].add_metric(labels, sum(x["msgBacklog"] for x in subs.values()))
+            g["pulsar_producers_count"].add_metric(labels, len(st["publishers"]))
+            g["pulsar_consumers_count"].add_metric(labels, sum(len(x["consumers"]) for x in subs.values()))
+            g["pulsar_subscriptions_count"].add_metric(labels, len(subs))
+            g["pulsar_average_msg_size"].add_metric(labels, st["averageMsgSize"])
+            in_msgs.add_metric(labels, st["msgInCounter"])
+            in_bytes.add_metric(labels, st["bytesInCounter"])
+            for sub_name, x in subs.items():
+                sl = labels + [sub_name]
+                s["pulsar_subscription_back_log"].add_metric(sl, x["msgBacklog"])
+                s["pulsar_subscription_msg_rate_out"].add_metric(sl, x["msgRateOut"])
+                s["pulsar_subscription_msg_throughput_out"].add_metric(sl, x["msgThroughputOut"])
+                s["pulsar_subscription_msg_rate_redeliver"].add_metric(sl, x["msgRateRedeliver"])
+                s["pulsar_subscription_unacked_messages"].add_metric(sl, x["unackedMessages"])
+                s["pulsar_subscription_consumers_count"].add_metric(sl, len(x["consumers"]))
+        yield from g.values()
+        yield in_msgs
+        yield in_bytes
+        yield from s.values()

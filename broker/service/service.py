@@ -1,0 +1,333 @@
+"""``BrokerService``: the facade the broker process and the admin API use.
+
+It owns the listener, the loaded topics and the periodic work (rates, message TTL). Topics load on
+first use (``get_topic``): ownership is checked, the namespace's policies read (through a watching
+``PoliciesCache``, so policy changes such as ``deduplication_enabled`` reach loaded topics), the managed
+ledger opened and its durable cursors turned into subscriptions. Concurrent loads of one topic share one
+attempt; a load waits for an unload of the same topic in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from typing import TYPE_CHECKING, Optional
+
+from magnetar.protocol import pb
+from magnetar.topic_name import TopicName
+
+from .config import ServiceConfig
+from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, UnsupportedError,
+                     map_error, parse_topic)
+from .metrics import ServiceCollector
+from .server import ProtocolServer
+from .topic import Topic, TopicState
+
+if TYPE_CHECKING:
+    import prometheus_client
+
+    from broker.managed_ledger.api import ManagedLedgerFactory
+    from broker.ownership_api import Ownership
+    from config_store import ConfigurationStore, PoliciesCache
+
+    from .connection import Connection
+
+log = logging.getLogger("broker.service")
+
+Mode = pb.CommandGetTopicsOfNamespace
+
+
+class BrokerService:
+    """The binary-protocol service of one broker. See the module docstring."""
+
+    def __init__(self, *, config: ServiceConfig, ml_factory: "ManagedLedgerFactory",
+                 configuration_store: "Optional[ConfigurationStore]", ownership: "Ownership", cluster_name: str,
+                 registry: "Optional[prometheus_client.CollectorRegistry]" = None) -> None:
+        self.config = config
+        self.ml_factory = ml_factory
+        self.configuration_store = configuration_store
+        self.ownership = ownership
+        self.cluster_name = cluster_name
+        self.registry = registry
+        self.port = config.port
+        self._topics: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        self._unloading: dict[str, asyncio.Task] = {}
+        self._server = ProtocolServer(self, config.host, config.port)
+        self._policies: "Optional[PoliciesCache]" = None
+        self._producer_ids = itertools.count()
+        self._instance = secrets.token_hex(3)
+        self._tasks: set[asyncio.Task] = set()
+        self._periodic: Optional[asyncio.Task] = None
+        self._collector: Optional[ServiceCollector] = None
+        self._started = False
+        self._closed = False
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self.configuration_store is not None:
+            self._policies = self.configuration_store.policies_cache()
+            self._policies.add_listener(self._on_policies)
+        self.port = await self._server.start()
+        self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
+        if self.registry is not None:
+            self._collector = ServiceCollector(self)
+            self.registry.register(self._collector)
+
+    async def close(self) -> None:
+        """Stops accepting, unloads every topic (clients get CLOSE_PRODUCER / CLOSE_CONSUMER first, cursors
+        are flushed), then closes the connections. Idempotent."""
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        self._closed = True
+        self._server.stop_accepting()
+        if self._periodic is not None:
+            self._periodic.cancel()
+            await asyncio.gather(self._periodic, return_exceptions=True)
+        results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):
+                log.warning("unloading a topic at close failed: %s", r)
+        await self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._policies is not None:
+            self._policies.close()
+        if self._collector is not None and self.registry is not None:
+            try:
+                self.registry.unregister(self._collector)
+            except KeyError:
+                pass
+
+    async def __aenter__(self) -> "BrokerService":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address or self.config.host}:{self.port}"
+
+    def connection_closed(self, conn: "Connection") -> None:
+        pass  # the server keeps the connection registry
+
+    @property
+    def connections(self) -> set:
+        return set(self._server.connections)
+
+    def generate_producer_name(self) -> str:
+        """Unique across brokers and restarts (a random instance id), as dedup requires."""
+        return f"{self.cluster_name}-{self._instance}-{next(self._producer_ids)}"
+
+    # --------------------------------------------------------------------------------- topics
+
+    def topics(self) -> dict[str, Topic]:
+        return {name: t for name, t in self._topics.items() if t.state is TopicState.ACTIVE}
+
+    async def get_topic(self, name: str, *, create: bool = True) -> Optional[Topic]:
+        """The loaded topic ``name``, loading it (and creating its storage when ``create``) if needed.
+
+        Returns None when the topic does not exist and ``create`` is False.
+
+        Raises:
+            InvalidTopicNameError, ServiceNotReadyError (not owned here, or closing), TopicNotFoundError
+            (namespace missing), UnsupportedError (non-persistent), MetadataError, PersistenceError.
+        """
+        if self._closed:
+            raise ServiceNotReadyError("the broker is shutting down")
+        topic_name = parse_topic(name)
+        if not topic_name.persistent:
+            raise UnsupportedError(f"non-persistent topics are not supported: {topic_name}")
+        key = str(topic_name)
+        while True:
+            topic = self._topics.get(key)
+            if topic is not None and topic.state is TopicState.ACTIVE:
+                return topic
+            unloading = self._unloading.get(key)
+            if unloading is not None:
+                await asyncio.shield(unloading)
+                continue
+            loading = self._loading.get(key)
+            if loading is not None:
+                topic = await asyncio.shield(loading)
+                if topic is None and create:
+                    continue
+                return topic
+            break
+        fut = asyncio.get_running_loop().create_future()
+        self._loading[key] = fut
+        try:
+            topic = await self._load(topic_name, create=create)
+        except BaseException as exc:
+            fut.set_exception(map_error(exc) if isinstance(exc, Exception) else exc)
+            fut.exception()  # retrieved: waiters re-raise it; nobody else must log it
+            raise map_error(exc) if isinstance(exc, Exception) else exc
+        else:
+            fut.set_result(topic)
+        finally:
+            self._loading.pop(key, None)
+        return topic
+
+    async def _load(self, topic_name: TopicName, *, create: bool) -> Optional[Topic]:
+        key = str(topic_name)
+        if not await self.ownership.is_owned_by_me(key):
+            raise ServiceNotReadyError(f"topic {key} is not served by this broker; look it up again")
+        policies = None
+        if self._policies is not None:
+            try:
+                policies = await self._policies.get(topic_name.tenant, topic_name.namespace_portion)
+            except Exception as exc:
+                raise MetadataError(f"reading the policies of namespace {topic_name.namespace} failed: {exc}") from exc
+            if policies is None and self.config.require_namespace:
+                raise TopicNotFoundError(f"namespace {topic_name.namespace} does not exist")
+        if not create and not await self.ml_factory.exists(topic_name.path):
+            return None
+        ml = await self.ml_factory.open(topic_name.path)
+        topic = Topic(self, topic_name, ml)
+        try:
+            await topic.initialize(policies)
+        except BaseException:
+            await asyncio.shield(ml.close())
+            raise
+        if self._closed:
+            await topic.close()
+            raise ServiceNotReadyError("the broker is shutting down")
+        self._topics[key] = topic
+        log.info("[%s] loaded (%d subscriptions, dedup %s)", key, len(topic.subscriptions),
+                 topic.dedup.stats_status())
+        return topic
+
+    async def unload_topic(self, name: str) -> bool:
+        """Closes the topic here: clients are told to reconnect (they look it up again), cursors flushed,
+        the managed ledger closed. Returns False when the topic was not loaded."""
+        key = str(parse_topic(name))
+        running = self._unloading.get(key)
+        if running is not None:
+            await asyncio.shield(running)
+            return True
+        loading = self._loading.get(key)
+        if loading is not None:
+            try:
+                await asyncio.shield(loading)
+            except BrokerServiceError:
+                return False
+        topic = self._topics.get(key)
+        if topic is None:
+            return False
+        task = asyncio.get_running_loop().create_task(self._unload(key, topic), name=f"unload {key}")
+        self._unloading[key] = task
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._unloading.pop(key, None)
+        return True
+
+    async def _unload(self, key: str, topic: Topic) -> None:
+        try:
+            await topic.close()
+        finally:
+            if self._topics.get(key) is topic:
+                del self._topics[key]
+            self._unloading.pop(key, None)
+            log.info("[%s] unloaded", key)
+
+    async def delete_topic(self, name: str, *, force: bool = False) -> None:
+        """Deletes a topic's storage. Without ``force`` refuses while clients are connected (TopicBusyError).
+
+        Raises:
+            TopicNotFoundError: no such topic.
+        """
+        topic = await self.get_topic(name, create=False)
+        if topic is None:
+            raise TopicNotFoundError(f"topic {parse_topic(name)} does not exist")
+        await topic.delete(force=force)
+        key = topic.name
+        if self._topics.get(key) is topic:
+            del self._topics[key]
+        log.info("[%s] deleted", key)
+
+    # --------------------------------------------------------------------------------- lookups
+
+    async def partitions_of(self, topic_name: TopicName) -> int:
+        """Partition count from the configuration store (0 for a non-partitioned topic or a partition)."""
+        if self.configuration_store is None or topic_name.is_partition:
+            return 0
+        from config_store.errors import InvalidMetadataError, MetadataError as StoreError, NotFoundError
+
+        try:
+            versioned = await self.configuration_store.get_partitioned_topic(
+                topic_name.tenant, topic_name.namespace_portion, str(topic_name.domain), topic_name.local_name)
+        except (NotFoundError, InvalidMetadataError):
+            return 0
+        except StoreError as exc:
+            raise MetadataError(f"reading partitioned-topic metadata of {topic_name} failed: {exc}") from exc
+        return versioned.value
+
+    async def topics_of_namespace(self, tenant: str, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
+        """Persistent topics of ``tenant/namespace`` (stored, loaded, and partitions of partitioned topics)."""
+        if mode == Mode.NON_PERSISTENT:
+            return []
+        prefix = f"{tenant}/{namespace}/persistent"
+        names: set[str] = set()
+        for ml_name in await self.ml_factory.list(prefix):
+            path = ml_name if ml_name.count("/") == 3 else f"{prefix}/{ml_name}"
+            try:
+                names.add(str(TopicName.from_path(path)))
+            except Exception:
+                log.debug("ignoring managed ledger %r: not a topic path", ml_name)
+        for key, topic in self._topics.items():
+            if topic.topic_name.tenant == tenant and topic.topic_name.namespace_portion == namespace:
+                names.add(key)
+        if self.configuration_store is not None:
+            from config_store.errors import MetadataError as StoreError
+
+            try:
+                for local in await self.configuration_store.list_partitioned_topics(tenant, namespace, "persistent"):
+                    base = TopicName.parse(f"persistent://{tenant}/{namespace}/{local}")
+                    count = (await self.configuration_store.get_partitioned_topic(
+                        tenant, namespace, "persistent", local)).value
+                    names.update(base.partition_name(i) for i in range(count))
+            except StoreError as exc:
+                log.warning("listing partitioned topics of %s/%s failed: %s", tenant, namespace, exc)
+        return sorted(names)
+
+    # --------------------------------------------------------------------------------- policies, periodic work
+
+    def _on_policies(self, tenant: str, namespace: str, policies) -> None:
+        for topic in list(self._topics.values()):
+            if topic.topic_name.tenant == tenant and topic.topic_name.namespace_portion == namespace \
+                    and topic.state is TopicState.ACTIVE:
+                topic.spawn(topic.apply_policies(policies), f"policies {topic.name}")
+
+    async def _periodic_work(self) -> None:
+        interval = self.config.stats_update_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            for topic in list(self._topics.values()):
+                try:
+                    topic.tick()
+                    await topic.check_message_ttl()
+                except Exception:
+                    log.exception("[%s] periodic work failed", topic.name)
+
+    def update_stats(self) -> None:
+        """Closes the current rate window of every topic now (tests, admin)."""
+        for topic in self._topics.values():
+            topic.tick()

@@ -1,0 +1,512 @@
+"""A persistent topic: its managed ledger, producers (with access modes and deduplication), and
+subscriptions (durable ones recovered from the ledger's cursors, non-durable ones for readers).
+
+States: ACTIVE → CLOSING → CLOSED (unload) or DELETED. Anything but ACTIVE refuses producers, consumers
+and SENDs with ServiceNotReady, which pulsar-client answers with a fresh lookup and a retry.
+
+Producer access modes (``ProducerAccessMode``): Shared producers coexist unless an exclusive one holds the
+topic (ProducerBusy). Exclusive takes the topic only when no other producer is connected (ProducerBusy
+otherwise); ExclusiveWithFencing closes every other producer and takes it; WaitForExclusive is answered
+``producer_ready=false`` and queued until the topic is free. Each new exclusive holder increments the
+*topic epoch*; a producer reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
+The epoch lives in memory only: it restarts when the topic is loaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Optional, Union
+
+from broker.managed_ledger.api import InitialPosition, ManagedLedger, Position
+from magnetar.protocol import pb
+from magnetar.topic_name import TopicName
+
+from . import dedup as dedup_mod
+from .consumer import Consumer
+from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
+                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError)
+from .entries import entry_info, publish_time_of
+from .producer import AccessMode, Producer
+from .stats import RateMeter
+from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
+
+if TYPE_CHECKING:
+    from config_store.models import Policies
+
+    from .connection import Connection
+    from .service import BrokerService
+
+log = logging.getLogger("broker.service.topic")
+
+SubType = pb.CommandSubscribe.SubType
+_I64_MAX = (1 << 63) - 1
+RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME})
+
+
+class TopicState(enum.Enum):
+    ACTIVE = "active"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    DELETED = "deleted"
+
+
+class Topic:
+    def __init__(self, service: "BrokerService", topic_name: TopicName, ml: ManagedLedger) -> None:
+        self.service = service
+        self.config = service.config
+        self.topic_name = topic_name
+        self.name = str(topic_name)
+        self.ml = ml
+        self.state = TopicState.ACTIVE
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.dedup = dedup_mod.Deduplication(ml, snapshot_interval_entries=self.config.dedup_snapshot_interval_entries,
+                                             recent_positions_max=self.config.dedup_recent_positions_max)
+        self.topic_epoch: Optional[int] = None
+        self.policies: Optional["Policies"] = None
+        self.msg_in = RateMeter()
+        self.bytes_in = RateMeter()
+        self._removed_msg_out = 0
+        self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
+        self._sub_locks: dict[str, asyncio.Lock] = {}
+        self._policy_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._unload_requested = False
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, {self.state.value})"
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def check_active(self) -> None:
+        if self.state is not TopicState.ACTIVE:
+            raise ServiceNotReadyError(f"topic {self.name} is {self.state.value}")
+
+    # --------------------------------------------------------------------------------- loading, policies
+
+    async def initialize(self, policies: Optional["Policies"]) -> None:
+        for name, cursor in self.ml.cursors.items():
+            if name in RESERVED_SUBSCRIPTIONS or not getattr(cursor, "durable", True):
+                continue
+            props = getattr(cursor, "properties", None) or {}
+            self.subscriptions[name] = Subscription(self, name, cursor, durable=True,
+                                                    replicated=bool(props.get(REPLICATED_PROPERTY)))
+        await self.apply_policies(policies)
+
+    async def apply_policies(self, policies: Optional["Policies"]) -> None:
+        async with self._policy_lock:
+            self.policies = policies
+            if policies is not None and policies.deduplication_enabled:
+                await self.dedup.enable()
+            else:
+                await self.dedup.disable()
+
+    # --------------------------------------------------------------------------------- producers
+
+    async def add_producer(self, producer: Producer) -> Optional[asyncio.Future]:
+        """Admits ``producer``; returns a future when it must wait for exclusive access (WaitForExclusive).
+
+        Raises:
+            ProducerBusyError, ProducerFencedError, ServiceNotReadyError: as Pulsar answers them.
+        """
+        self.check_active()
+        existing = self.producers.get(producer.name)
+        if existing is not None and existing is not producer:
+            if producer.epoch > existing.epoch or existing.connection.closed:
+                log.info("[%s] producer %s replaces %s (epoch %d > %d)", self.name, producer, existing,
+                         producer.epoch, existing.epoch)
+                existing.notify_closed()
+                self.remove_producer(existing)
+            else:
+                raise ProducerBusyError(f"producer with name {producer.name!r} is already connected to {self.name}")
+        if producer.topic_epoch is not None and self.topic_epoch is not None and \
+                producer.topic_epoch < self.topic_epoch:
+            raise ProducerFencedError(f"topic epoch {producer.topic_epoch} of producer {producer.name!r} is older "
+                                      f"than the topic's {self.topic_epoch}: it was fenced by a newer exclusive producer")
+        mode = producer.access_mode
+        others = [p for p in self.producers.values() if p is not producer]
+        holder = next((p for p in others if p.exclusive), None)
+        if mode == AccessMode.Shared:
+            if holder is not None:
+                raise ProducerBusyError(f"topic {self.name} has an exclusive producer ({holder.name!r})")
+        elif mode == AccessMode.Exclusive:
+            if others:
+                raise ProducerBusyError(f"topic {self.name} already has {len(others)} connected producer(s); "
+                                        "exclusive access refused")
+            self._grant_epoch(producer)
+        elif mode == AccessMode.ExclusiveWithFencing:
+            for other in others:
+                other.notify_closed()
+                self.remove_producer(other)
+            self._grant_epoch(producer, fence=True)
+        elif mode == AccessMode.WaitForExclusive:
+            if others or self._waiting_exclusive:
+                fut = asyncio.get_running_loop().create_future()
+                self._waiting_exclusive.append((producer, fut))
+                return fut
+            self._grant_epoch(producer)
+        else:
+            raise NotAllowedError(f"unknown producer access mode {mode}")
+        self.producers[producer.name] = producer
+        return None
+
+    def _grant_epoch(self, producer: Producer, *, fence: bool = False) -> None:
+        if producer.topic_epoch is not None and not fence and (self.topic_epoch is None
+                                                              or producer.topic_epoch >= self.topic_epoch):
+            self.topic_epoch = producer.topic_epoch
+        else:
+            self.topic_epoch = (self.topic_epoch or 0) + 1
+        producer.topic_epoch = self.topic_epoch
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+        for i, (p, fut) in enumerate(self._waiting_exclusive):
+            if p is producer:
+                del self._waiting_exclusive[i]
+                if not fut.done():
+                    fut.cancel()
+                break
+        self._grant_waiting()
+
+    def _grant_waiting(self) -> None:
+        while self._waiting_exclusive and not self.producers and self.state is TopicState.ACTIVE:
+            producer, fut = self._waiting_exclusive.popleft()
+            if fut.done() or producer.closed:
+                continue
+            self._grant_epoch(producer)
+            self.producers[producer.name] = producer
+            fut.set_result(None)
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self.dedup.last_sequence_id(producer_name)
+
+    def publish(self, producer: Producer, send: pb.CommandSend, entry: bytes) -> None:
+        """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order."""
+        seq = send.sequence_id
+        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+        if self.state is not TopicState.ACTIVE:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(ServiceNotReadyError(f"topic {self.name} is {self.state.value}"))
+            producer.track(seq, highest, fut)
+            return
+        dedup = self.dedup
+        if dedup.enabled:
+            status, fut = dedup.check(producer.name, seq, highest or 0)
+            if status is dedup_mod.Status.DUPLICATE:
+                producer.track(seq, highest, fut)
+                return
+        try:
+            fut = self.ml.add_entry_nowait(entry)
+        except Exception as exc:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(exc)
+        if dedup.enabled:
+            dedup.pushed(producer.name, seq, highest or 0, fut)
+        producer.track(seq, highest, fut)
+        messages = send.num_messages
+        size = len(entry)
+        producer.msg_in.record(messages)
+        producer.bytes_in.record(size)
+        self.msg_in.record(messages)
+        self.bytes_in.record(size)
+
+    def on_publish_failure(self, error: BrokerServiceError) -> None:
+        """A write failed: the managed ledger is fenced or unusable, so the topic is unloaded and reopened by
+        whoever looks it up next (clients get CLOSE_PRODUCER/CLOSE_CONSUMER and reconnect)."""
+        if isinstance(error, (PersistenceError, ServiceNotReadyError)) and not self._unload_requested \
+                and self.state is TopicState.ACTIVE:
+            self._unload_requested = True
+            log.warning("[%s] unloading after a failed write: %s", self.name, error)
+            self.service.spawn(self.service.unload_topic(self.name), f"unload {self.name}")
+
+    # --------------------------------------------------------------------------------- subscriptions
+
+    def _lock_for(self, name: str) -> asyncio.Lock:
+        lock = self._sub_locks.get(name)
+        if lock is None:
+            lock = self._sub_locks[name] = asyncio.Lock()
+        return lock
+
+    async def subscribe(self, connection: "Connection", cmd: pb.CommandSubscribe, consumer_name: str) -> Consumer:
+        self.check_active()
+        name = cmd.subscription
+        if not name or name in RESERVED_SUBSCRIPTIONS:
+            raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
+        async with self._lock_for(name):
+            self.check_active()
+            sub = self.subscriptions.get(name)
+            if sub is not None and sub.closed:
+                sub = None
+            if cmd.durable:
+                if sub is None:
+                    initial = InitialPosition.EARLIEST if cmd.initialPosition == pb.CommandSubscribe.Earliest \
+                        else InitialPosition.LATEST
+                    cursor = await self.ml.open_cursor(name, initial_position=initial)
+                    props = getattr(cursor, "properties", None) or {}
+                    sub = Subscription(self, name, cursor, durable=True,
+                                       replicated=bool(props.get(REPLICATED_PROPERTY)))
+                    self.subscriptions[name] = sub
+                elif not sub.durable:
+                    raise NotAllowedError(f"a non-durable subscription named {name!r} exists on {self.name}")
+                if cmd.HasField("replicate_subscription_state") and cmd.replicate_subscription_state:
+                    await sub.set_replicated(True)
+            else:
+                if sub is not None and sub.durable:
+                    raise NotAllowedError(f"cannot create a non-durable subscription named like the durable "
+                                          f"subscription {name!r}")
+                if sub is None:
+                    start = self._reader_start(cmd)
+                    cursor = self.ml.new_non_durable_cursor(start, name=name)
+                    sub = Subscription(self, name, cursor, durable=False)
+                    self.subscriptions[name] = sub
+                    if cmd.start_message_rollback_duration_sec > 0:
+                        ts = int(time.time() * 1000) - cmd.start_message_rollback_duration_sec * 1000
+                        await sub.reset(await self.find_position(ts))
+            meta = cmd.keySharedMeta if cmd.HasField("keySharedMeta") else None
+            consumer = Consumer(sub, connection, cmd.consumer_id, consumer_name, sub_type=cmd.subType,
+                                priority_level=cmd.priority_level, metadata={kv.key: kv.value for kv in cmd.metadata},
+                                key_shared_meta=meta,
+                                consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
+                                max_unacked_messages=self.config.max_unacked_messages_per_consumer)
+            await sub.add_consumer(consumer)
+            return consumer
+
+    def before_first(self) -> Position:
+        first = self.ml.first_position()
+        return Position(first.ledger_id, first.entry_id - 1)
+
+    def _reader_start(self, cmd: pb.CommandSubscribe) -> Position:
+        """Where a reader's non-durable cursor starts (it reads from the entry after this position).
+
+        A start id ``(l, e)`` starts *at* entry e, as Pulsar does (it treats every start id as a batch id
+        and steps back one entry): the client drops what precedes its start id, or the start id itself
+        when not inclusive."""
+        if cmd.HasField("start_message_id"):
+            ledger, entry = signed(cmd.start_message_id.ledgerId), signed(cmd.start_message_id.entryId)
+            if ledger == _I64_MAX:
+                return self.ml.last_confirmed_position
+            if ledger < 0:
+                return self.before_first()
+            if entry >= 0:
+                return Position(ledger, entry - 1)
+            return Position(ledger, entry)
+        if cmd.initialPosition == pb.CommandSubscribe.Earliest:
+            return self.before_first()
+        return self.ml.last_confirmed_position
+
+    def forget_subscription(self, sub: Subscription) -> None:
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+            self._removed_msg_out += sub.stats()["msgOutCounter"] if sub.durable else 0
+
+    def _subscription(self, name: str) -> Subscription:
+        return ensure_found(self.subscriptions.get(name), name, self.name)
+
+    async def create_subscription(self, name: str, position: Union[Position, str] = "latest") -> Subscription:
+        """Admin: creates a durable subscription at ``position`` ("earliest", "latest" or a Position)."""
+        self.check_active()
+        if not name or name in RESERVED_SUBSCRIPTIONS:
+            raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
+        async with self._lock_for(name):
+            if name in self.subscriptions:
+                raise SubscriptionAlreadyExistsError(f"subscription {name!r} already exists on {self.name}")
+            initial = InitialPosition.EARLIEST if position == "earliest" else InitialPosition.LATEST
+            cursor = await self.ml.open_cursor(name, initial_position=initial)
+            sub = Subscription(self, name, cursor, durable=True)
+            self.subscriptions[name] = sub
+            if isinstance(position, tuple):
+                await sub.reset(Position(*position))
+            return sub
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        await self._subscription(name).delete(force=force)
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        await consumer.subscription.delete(requester=consumer)
+
+    async def find_position(self, timestamp_ms: int) -> Position:
+        return await self.ml.find_position_by_publish_time(timestamp_ms, publish_time_of)
+
+    def seek_position(self, ledger_id: int, entry_id: int) -> Position:
+        """The cursor position a seek to message id (ledger, entry) resets to."""
+        if ledger_id < 0:
+            return self.ml.first_position()
+        if ledger_id == _I64_MAX:
+            return self.ml.next_position(self.ml.last_confirmed_position)
+        return Position(ledger_id, max(entry_id, 0))
+
+    async def reset_cursor(self, sub_name: str, *, position: Optional[Position] = None,
+                           timestamp_ms: Optional[int] = None) -> None:
+        sub = self._subscription(sub_name)
+        if position is None:
+            if timestamp_ms is None:
+                raise NotAllowedError("reset_cursor needs a position or a timestamp")
+            position = await self.find_position(timestamp_ms)
+        await sub.reset(position)
+
+    async def skip(self, sub_name: str, n: int) -> int:
+        """Acknowledges the next ``n`` unacknowledged entries; returns how many were skipped."""
+        sub = self._subscription(sub_name)
+        await sub.drain_acks()
+        reader = self.ml.new_non_durable_cursor(sub.cursor.mark_delete_position, name=f"{sub_name}.skip")
+        skipped = 0
+        target: Optional[Position] = None
+        while skipped < n:
+            entries = await reader.read_entries(min(500, n - skipped + 100))
+            if not entries:
+                break
+            for e in entries:
+                if sub.is_acked(e.position):
+                    continue
+                skipped += 1
+                target = e.position
+                if skipped >= n:
+                    break
+        if target is not None:
+            await sub.mark_delete_up_to(target)
+        return skipped
+
+    async def expire(self, sub_name: str, seconds: float) -> int:
+        """Acknowledges every entry published more than ``seconds`` ago; returns entries expired."""
+        sub = self._subscription(sub_name)
+        return await self._expire(sub, seconds)
+
+    async def _expire(self, sub: Subscription, seconds: float) -> int:
+        cutoff = int(time.time() * 1000 - seconds * 1000)
+        first_kept = await self.find_position(cutoff)
+        lac = self.ml.last_confirmed_position
+        target = lac if first_kept > lac else Position(first_kept.ledger_id, first_kept.entry_id - 1)
+        if target <= sub.cursor.mark_delete_position:
+            return 0
+        before = sub.cursor.backlog_entries()
+        await sub.mark_delete_up_to(target)
+        expired = max(0, before - sub.cursor.backlog_entries())
+        sub.msg_expired.record(expired)
+        sub.last_expire_ms = int(time.time() * 1000)
+        return expired
+
+    async def check_message_ttl(self) -> None:
+        ttl = self.policies.message_ttl_in_seconds if self.policies else None
+        if not ttl or ttl <= 0 or self.state is not TopicState.ACTIVE:
+            return
+        for sub in list(self.subscriptions.values()):
+            if sub.durable and not sub.closed:
+                try:
+                    await self._expire(sub, ttl)
+                except Exception as exc:
+                    log.warning("[%s][%s] TTL expiry failed: %s", self.name, sub.name, exc)
+
+    async def last_message_id(self) -> pb.MessageIdData:
+        """GET_LAST_MESSAGE_ID: the last entry, with the batch index of its last message."""
+        lac = self.ml.last_confirmed_position
+        mid = pb.MessageIdData(ledgerId=lac.ledger_id % (1 << 64), entryId=lac.entry_id % (1 << 64))
+        if lac.entry_id >= 0:
+            try:
+                entry = await self.ml.read_entry(lac)
+                info = entry_info(entry.data)
+                if info.metadata.HasField("num_messages_in_batch"):
+                    mid.batch_index = info.num_messages - 1
+            except Exception as exc:
+                log.debug("[%s] reading the last entry %s failed: %s", self.name, lac, exc)
+        if self.topic_name.is_partition:
+            mid.partition = self.topic_name.partition_index
+        return mid
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    def has_clients(self) -> bool:
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    async def close(self) -> None:
+        """Unload: tells every client to reconnect, stops dispatchers, flushes cursors, closes the ledger."""
+        if self.state in (TopicState.CLOSED, TopicState.DELETED):
+            return
+        self.state = TopicState.CLOSING
+        await self._disconnect_all(flush=True)
+        await self.dedup.close()
+        await self.ml.close()
+        self.state = TopicState.CLOSED
+
+    async def _disconnect_all(self, *, flush: bool) -> None:
+        for producer in list(self.producers.values()):
+            producer.notify_closed()
+        self.producers.clear()
+        while self._waiting_exclusive:
+            producer, fut = self._waiting_exclusive.popleft()
+            if not fut.done():
+                fut.set_exception(ServiceNotReadyError(f"topic {self.name} is closing"))
+        results = await asyncio.gather(*(s.close() if flush else s._shutdown()
+                                         for s in list(self.subscriptions.values())), return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):
+                log.warning("[%s] closing a subscription failed: %s", self.name, r)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def delete(self, *, force: bool = False) -> None:
+        """Deletes the topic's data. Without ``force`` refuses while producers or consumers are connected."""
+        if not force and self.has_clients():
+            raise TopicBusyError(f"topic {self.name} has connected producers or consumers")
+        self.state = TopicState.CLOSING
+        for sub in self.subscriptions.values():
+            sub.closed = True
+            sub.disconnect_consumers()
+        await self._disconnect_all(flush=False)
+        await self.ml.delete()
+        self.state = TopicState.DELETED
+
+    # --------------------------------------------------------------------------------- stats
+
+    def tick(self) -> None:
+        self.msg_in.tick()
+        self.bytes_in.tick()
+        for p in self.producers.values():
+            p.tick()
+        for s in self.subscriptions.values():
+            s.tick()
+
+    def stats(self) -> dict:
+        subs = {name: s.stats() for name, s in self.subscriptions.items()}
+        msgs = self.msg_in.total
+        ml = self.ml
+        return {
+            "msgRateIn": self.msg_in.rate(),
+            "msgThroughputIn": self.bytes_in.rate(),
+            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
+            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
+            "bytesInCounter": self.bytes_in.total,
+            "msgInCounter": msgs,
+            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs.values()),
+            "msgOutCounter": self._removed_msg_out + sum(s["msgOutCounter"] for s in subs.values()),
+            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": ml.total_size,
+            "backlogSize": max([s["backlogSize"] for s in subs.values()], default=0),
+            "offloadedStorageSize": 0,
+            "waitingPublishers": len(self._waiting_exclusive),
+            "deduplicationStatus": self.dedup.stats_status(),
+            "topicEpoch": self.topic_epoch,
+            "publishers": [p.stats() for p in self.producers.values()],
+            "subscriptions": subs,
+            "replication": {},
+            "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        }
+
+    def internal_stats(self) -> dict:
+        out = dict(self.ml.internal_stats())
+        cursors = dict(out.get("cursors") or {})
+        for name, sub in self.subscriptions.items():
+            cursors[name] = {**cursors.get(name, {}), **sub.internal_stats()}
+        out["cursors"] = cursors
+        return out

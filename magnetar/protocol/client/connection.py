@@ -1,0 +1,640 @@
+"""One connection to a broker (or a proxy): the only module of the client that moves bytes.
+
+Theory of operation
+-------------------
+
+:meth:`Connection.start` opens TCP (TLS with an ``ssl.SSLContext``), sends CONNECT and reads until
+CONNECTED (answering AUTH_CHALLENGE and PING on the way; an ERROR there is the handshake's failure). Then
+three tasks run until the connection closes:
+
+* the **read loop** feeds whatever the socket returns to a :class:`FrameDecoder` and dispatches each
+  frame: responses by ``request_id`` to the future of :meth:`request`; SEND_RECEIPT, SEND_ERROR and
+  CLOSE_PRODUCER to the producer registered under the ``producer_id``; MESSAGE, CLOSE_CONSUMER,
+  REACHED_END_OF_TOPIC and ACTIVE_CONSUMER_CHANGE to the consumer under the ``consumer_id``; PING is
+  answered with PONG;
+* the **write loop** takes every buffer queued since its last turn and hands them to the transport in one
+  ``writelines`` (so the SENDs a producer queues in one event-loop turn become one ``send`` system call),
+  then waits for the transport to drain below its high-water mark;
+* the **keep-alive loop** sends PING after ``keep_alive_interval_s`` without receiving anything and closes
+  the connection when another interval passes in silence.
+
+Request ids come from this connection's own counter. Producer and consumer ids are chosen by the caller
+(the :class:`~magnetar.protocol.client.Client` numbers them client-wide, as pulsar-client does).
+
+Closing (by :meth:`close`, by the peer, by a protocol error or a keep-alive timeout) is one path,
+:meth:`_abort`: it closes the transport, fails every outstanding request with
+:class:`ConnectionClosedError`, tells every registered producer and consumer (which reconnect on their
+own) and every ``on_close`` callback, and cancels the tasks; :meth:`close` also awaits them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from google.protobuf.message import Message as ProtoMessage
+
+from magnetar.protocol import FRAME_SIZE_BYTES_MAX_DEFAULT, Frame, FrameDecoder, ProtocolError, encode_command, pb, wrap
+
+from .commands import CLIENT_VERSION, PROTOCOL_VERSION, connect_command
+from .errors import (
+    AlreadyClosedError,
+    ClientError,
+    ConnectError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    error_from_server,
+)
+from .urls import ServiceUrl, parse_service_url
+
+__all__ = ["Auth", "Connection", "ConnectionState", "ConsumerHandler", "ProducerHandler"]
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+READ_SIZE_BYTES = 256 * 1024
+_STREAM_LIMIT_BYTES = 4 * 1024 * 1024
+_FRAMING_OVERHEAD_BYTES = 10 * 1024
+
+_RESPONSE_TYPES = frozenset(
+    (
+        T.SUCCESS,
+        T.ERROR,
+        T.PRODUCER_SUCCESS,
+        T.LOOKUP_RESPONSE,
+        T.PARTITIONED_METADATA_RESPONSE,
+        T.GET_LAST_MESSAGE_ID_RESPONSE,
+        T.CONSUMER_STATS_RESPONSE,
+        T.ACK_RESPONSE,
+        T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+        T.GET_SCHEMA_RESPONSE,
+        T.GET_OR_CREATE_SCHEMA_RESPONSE,
+        T.WATCH_TOPIC_LIST_SUCCESS,
+    )
+)
+_RESPONSE_FIELD = {
+    T.SUCCESS: "success",
+    T.ERROR: "error",
+    T.PRODUCER_SUCCESS: "producer_success",
+    T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
+    T.CONSUMER_STATS_RESPONSE: "consumerStatsResponse",
+    T.ACK_RESPONSE: "ackResponse",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    T.GET_SCHEMA_RESPONSE: "getSchemaResponse",
+    T.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
+    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
+}
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Credentials sent in CONNECT (and again on AUTH_CHALLENGE).
+
+    Attributes:
+        method_name: ``"token"`` for a JWT, ``"tls"`` for a client certificate (the certificate itself
+            travels in the TLS handshake: put it in the ``ssl_context``), ...
+        data: the credential bytes, or a function returning them (called on every (re)connection and
+            challenge, so a refreshed token is picked up).
+    """
+
+    method_name: str
+    data: bytes | Callable[[], bytes] = b""
+
+    @classmethod
+    def token(cls, token: str | Callable[[], str]) -> Auth:
+        if callable(token):
+            return cls("token", lambda: token().encode())
+        return cls("token", token.encode())
+
+    @classmethod
+    def tls(cls) -> Auth:
+        return cls("tls", b"")
+
+    def get_data(self) -> bytes:
+        return self.data() if callable(self.data) else self.data
+
+
+class ProducerHandler(Protocol):
+    """What a connection calls on a registered producer (all on the event loop, never awaiting)."""
+
+    def _handle_receipt(self, conn: Connection, receipt: pb.CommandSendReceipt) -> None: ...
+    def _handle_send_error(self, conn: Connection, error: pb.CommandSendError) -> None: ...
+    def _handle_broker_close(self, conn: Connection, assigned_url: str | None) -> None: ...
+    def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
+
+
+class ConsumerHandler(Protocol):
+    """What a connection calls on a registered consumer (all on the event loop, never awaiting)."""
+
+    def _handle_message(self, conn: Connection, frame: Frame) -> None: ...
+    def _handle_broker_close(self, conn: Connection, assigned_url: str | None) -> None: ...
+    def _handle_end_of_topic(self, conn: Connection) -> None: ...
+    def _handle_active_consumer_change(self, conn: Connection, is_active: bool) -> None: ...
+    def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
+
+
+class ConnectionState(enum.Enum):
+    INIT = "init"
+    CONNECTING = "connecting"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+class Connection:
+    """A connection to one broker; see the module docstring.
+
+    Args:
+        url: where to open the socket (``pulsar://host:port``; for several hosts, each is tried in order).
+        logical_url: the broker this connection is *for*; differs from ``url`` when going through a proxy,
+            and is then sent as CONNECT's ``proxy_to_broker_url``. Defaults to ``url``.
+        ssl_context: TLS context (``pulsar+ssl://`` without one uses ``ssl.create_default_context()``).
+        auth: credentials for CONNECT.
+        connect_timeout_s: for TCP/TLS plus the CONNECT handshake.
+        operation_timeout_s: default timeout of :meth:`request`.
+        keep_alive_interval_s: PING after this long without receiving anything.
+        client_version: announced in CONNECT.
+    """
+
+    def __init__(
+        self,
+        url: str | ServiceUrl,
+        *,
+        logical_url: str | ServiceUrl | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: Auth | None = None,
+        connect_timeout_s: float = 10.0,
+        operation_timeout_s: float = 30.0,
+        keep_alive_interval_s: float = 30.0,
+        client_version: str = CLIENT_VERSION,
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> None:
+        self.url = parse_service_url(url)
+        self.logical_url = parse_service_url(logical_url) if logical_url is not None else self.url
+        if self.url.tls and ssl_context is None:
+            ssl_context = ssl.create_default_context()
+        self.ssl_context = ssl_context if self.url.tls else None
+        self.auth = auth
+        self.connect_timeout_s = connect_timeout_s
+        self.operation_timeout_s = operation_timeout_s
+        self.keep_alive_interval_s = keep_alive_interval_s
+        self.client_version = client_version
+        self.protocol_version = protocol_version
+        self.state = ConnectionState.INIT
+        self.server_version = ""
+        self.server_protocol_version = 0
+        self.max_message_size_bytes = FRAME_SIZE_BYTES_MAX_DEFAULT - _FRAMING_OVERHEAD_BYTES
+        self.close_reason: BaseException | None = None
+        self.peer = ""
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._decoder = FrameDecoder()
+        self._request_ids = itertools.count(1)
+        self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
+        self._producers: dict[int, ProducerHandler] = {}
+        self._consumers: dict[int, ConsumerHandler] = {}
+        self._close_callbacks: list[Callable[[Connection, BaseException | None], None]] = []
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._out_event = asyncio.Event()
+        self._last_received_s = time.monotonic()
+        self._ping_outstanding = False
+        self._tasks: list[asyncio.Task] = []
+        self._start_lock = asyncio.Lock()
+        self._closed = asyncio.Event()
+
+    def __repr__(self) -> str:
+        via = f" via {self.url}" if self.logical_url != self.url else ""
+        return f"<Connection {self.logical_url}{via} {self.state.value}>"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state is ConnectionState.READY
+
+    async def start(self) -> Connection:
+        """Connects and handshakes (idempotent; concurrent callers share one attempt).
+
+        Raises:
+            ConnectError: the socket could not be opened, or the handshake timed out or was cut off.
+            ServerError: the broker refused CONNECT (``AuthenticationError``, ``UnsupportedVersionError``...).
+            AlreadyClosedError: the connection was closed before.
+        """
+        async with self._start_lock:
+            if self.state is ConnectionState.READY:
+                return self
+            if self.state is ConnectionState.CLOSED:
+                raise AlreadyClosedError(f"connection to {self.logical_url} is closed") from self.close_reason
+            self.state = ConnectionState.CONNECTING
+            try:
+                leftover = await asyncio.wait_for(self._open_and_handshake(), self.connect_timeout_s)
+            except BaseException as exc:
+                err: BaseException = exc
+                if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+                    err = ConnectError(f"connecting to {self._target()} timed out after {self.connect_timeout_s} s")
+                elif isinstance(exc, ProtocolError):
+                    err = ConnectError(f"broker {self._target()} broke the protocol during the handshake: {exc}")
+                self._abort(err)
+                if err is exc:
+                    raise
+                raise err from exc
+            self.state = ConnectionState.READY
+            self._last_received_s = time.monotonic()
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._read_loop(leftover), name=f"pulsar-read {self.peer}"),
+                loop.create_task(self._write_loop(), name=f"pulsar-write {self.peer}"),
+                loop.create_task(self._keep_alive_loop(), name=f"pulsar-keepalive {self.peer}"),
+            ]
+            for task in self._tasks:
+                task.add_done_callback(self._task_done)
+            log.debug("[%s] connected to %s (server %s, protocol %d)", self.peer, self._target(), self.server_version,
+                      self.server_protocol_version)
+            return self
+
+    def _target(self) -> str:
+        return str(self.logical_url) if self.logical_url == self.url else f"{self.logical_url} via {self.url}"
+
+    async def close(self) -> None:
+        """Closes the connection (idempotent) and awaits its tasks."""
+        self._abort(None)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._writer is not None:
+            try:
+                await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - a reset socket fails here too
+                pass
+
+    async def wait_closed(self) -> BaseException | None:
+        """Waits until the connection is closed; returns why (None for a local close)."""
+        await self._closed.wait()
+        return self.close_reason
+
+    def on_close(self, callback: Callable[[Connection, BaseException | None], None]) -> None:
+        """Calls ``callback(conn, reason)`` once the connection closes (at once if it already has)."""
+        if self.state is ConnectionState.CLOSED:
+            callback(self, self.close_reason)
+        else:
+            self._close_callbacks.append(callback)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("[%s] connection task %s died", self.peer, task.get_name(), exc_info=exc)
+            self._abort(ConnectionClosedError(f"connection to {self._target()} failed: {exc!r}"))
+
+    def _abort(self, exc: BaseException | None) -> None:
+        """Closes everything at once (see the module docstring); safe to call from any callback or task."""
+        if self.state is ConnectionState.CLOSED:
+            return
+        was_ready = self.state is ConnectionState.READY
+        self.state = ConnectionState.CLOSED
+        self.close_reason = exc
+        if self._writer is not None:
+            self._writer.close()
+        failure = exc if isinstance(exc, ClientError) else ConnectionClosedError(
+            f"connection to {self._target()} closed" + (f": {exc}" if exc else "")
+        )
+        requests, self._requests = self._requests, {}
+        for fut in requests.values():
+            if not fut.done():
+                fut.set_exception(failure)
+        producers, self._producers = self._producers, {}
+        consumers, self._consumers = self._consumers, {}
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for handler in [*producers.values(), *consumers.values()]:
+            try:
+                handler._handle_connection_closed(self, exc)
+            except Exception:  # noqa: BLE001 - one handler's bug must not stop the others being told
+                log.exception("[%s] close handler of %r failed", self.peer, handler)
+        for callback in callbacks:
+            try:
+                callback(self, exc)
+            except Exception:  # noqa: BLE001
+                log.exception("[%s] close callback failed", self.peer)
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._closed.set()
+        if was_ready:
+            level = logging.DEBUG if exc is None else logging.INFO
+            log.log(level, "[%s] connection to %s closed%s", self.peer, self._target(), f": {exc}" if exc else "")
+
+    # -- handshake -----------------------------------------------------------------------------------------
+
+    async def _open_socket(self) -> None:
+        errors = []
+        for host, port in self.url.hosts:
+            try:
+                self._reader, self._writer = await asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self.ssl_context,
+                    server_hostname=host if self.ssl_context is not None else None,
+                    limit=_STREAM_LIMIT_BYTES,
+                )
+                self.peer = f"{host}:{port}"
+                return
+            except OSError as exc:  # ssl.SSLError is an OSError too
+                errors.append(f"{host}:{port}: {exc}")
+        raise ConnectError(f"cannot connect to {self._target()}: {'; '.join(errors)}")
+
+    async def _open_and_handshake(self) -> list[Frame]:
+        await self._open_socket()
+        assert self._reader is not None and self._writer is not None
+        proxy_to = self.logical_url.host_port if self.logical_url != self.url else None
+        self._writer.write(
+            encode_command(
+                connect_command(
+                    client_version=self.client_version,
+                    auth_method_name=self.auth.method_name if self.auth else None,
+                    auth_data=self.auth.get_data() if self.auth else None,
+                    proxy_to_broker_url=proxy_to,
+                    protocol_version=self.protocol_version,
+                )
+            )
+        )
+        while True:
+            data = await self._reader.read(READ_SIZE_BYTES)
+            if not data:
+                raise ConnectError(f"{self._target()} closed the connection during the CONNECT handshake")
+            frames = self._decoder.feed(data)
+            for index, frame in enumerate(frames):
+                cmd = frame.command
+                if cmd.type == T.CONNECTED:
+                    self.server_version = cmd.connected.server_version
+                    self.server_protocol_version = cmd.connected.protocol_version
+                    if cmd.connected.HasField("max_message_size"):
+                        self.max_message_size_bytes = cmd.connected.max_message_size
+                        self._decoder.frame_size_bytes_max = max(
+                            FRAME_SIZE_BYTES_MAX_DEFAULT, cmd.connected.max_message_size + _FRAMING_OVERHEAD_BYTES
+                        )
+                    return frames[index + 1 :]
+                if cmd.type == T.ERROR:
+                    raise error_from_server(cmd.error.error, cmd.error.message, context=f"CONNECT to {self._target()}")
+                if cmd.type == T.AUTH_CHALLENGE:
+                    self._writer.write(encode_command(self._auth_response()))
+                elif cmd.type == T.PING:
+                    self._writer.write(encode_command(wrap(pb.CommandPong())))
+                else:
+                    log.warning("[%s] ignoring %s during the handshake", self.peer, T.Type.Name(cmd.type))
+
+    def _auth_response(self) -> pb.BaseCommand:
+        auth = self.auth or Auth("none")
+        return wrap(
+            pb.CommandAuthResponse(
+                client_version=self.client_version,
+                protocol_version=self.protocol_version,
+                response=pb.AuthData(auth_method_name=auth.method_name, auth_data=auth.get_data()),
+            )
+        )
+
+    # -- registration --------------------------------------------------------------------------------------
+
+    def register_producer(self, producer_id: int, handler: ProducerHandler) -> None:
+        self._check_usable()
+        self._producers[producer_id] = handler
+
+    def unregister_producer(self, producer_id: int, handler: ProducerHandler | None = None) -> None:
+        if handler is None or self._producers.get(producer_id) is handler:
+            self._producers.pop(producer_id, None)
+
+    def register_consumer(self, consumer_id: int, handler: ConsumerHandler) -> None:
+        self._check_usable()
+        self._consumers[consumer_id] = handler
+
+    def unregister_consumer(self, consumer_id: int, handler: ConsumerHandler | None = None) -> None:
+        if handler is None or self._consumers.get(consumer_id) is handler:
+            self._consumers.pop(consumer_id, None)
+
+    @property
+    def producer_count(self) -> int:
+        return len(self._producers)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._consumers)
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.state is not ConnectionState.READY:
+            raise ConnectionClosedError(f"connection to {self._target()} is {self.state.value}") from self.close_reason
+
+    def write(self, *buffers: bytes) -> None:
+        """Queues encoded frames for the write loop (no await; see the module docstring).
+
+        Raises:
+            ConnectionClosedError: the connection is not ready.
+        """
+        self._check_usable()
+        self._out.extend(buffers)
+        for buf in buffers:
+            self._out_bytes += len(buf)
+        self._out_event.set()
+
+    def send_command(self, cmd: pb.BaseCommand) -> None:
+        """Queues a command that expects no answer (FLOW, ACK, PONG, REDELIVER...)."""
+        self.write(encode_command(cmd))
+
+    @property
+    def write_buffer_bytes(self) -> int:
+        """Bytes queued or sitting in the transport's buffer, not yet on the socket."""
+        transport_bytes = self._writer.transport.get_write_buffer_size() if self._writer is not None else 0
+        return self._out_bytes + transport_bytes
+
+    async def _write_loop(self) -> None:
+        writer = self._writer
+        assert writer is not None
+        event = self._out_event
+        try:
+            while True:
+                await event.wait()
+                event.clear()
+                if not self._out:
+                    continue
+                out, self._out = self._out, []
+                self._out_bytes = 0
+                writer.writelines(out)
+                await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._abort(ConnectionClosedError(f"writing to {self._target()} failed: {exc}"))
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    def new_request_id(self) -> int:
+        return next(self._request_ids)
+
+    async def request(self, inner: ProtoMessage, *, timeout_s: float | None = None) -> pb.BaseCommand:
+        """Sends a command carrying a ``request_id`` (set here) and returns the broker's answer.
+
+        ``inner`` is the command's own message (``CommandLookupTopic(...)``, ``CommandProducer(...)``...).
+        A PRODUCER_SUCCESS with ``producer_ready = false`` (a producer waiting for exclusive access) is not
+        an answer yet: the call keeps waiting for the next one.
+
+        Raises:
+            ServerError: the broker answered ERROR (its code as a typed error).
+            RequestTimeoutError: no answer within ``timeout_s`` (default: ``operation_timeout_s``).
+            ConnectionClosedError: the connection closed first.
+        """
+        self._check_usable()
+        request_id = next(self._request_ids)
+        inner.request_id = request_id  # type: ignore[attr-defined]
+        cmd = wrap(inner)
+        fut: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = fut
+        name = T.Type.Name(cmd.type)
+        try:
+            self.write(encode_command(cmd))
+            timeout = self.operation_timeout_s if timeout_s is None else timeout_s
+            try:
+                response = await asyncio.wait_for(fut, timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise RequestTimeoutError(
+                    f"{name} (request {request_id}) to {self._target()}: no answer within {timeout} s"
+                ) from None
+        finally:
+            self._requests.pop(request_id, None)
+        if response.type == T.ERROR:
+            raise error_from_server(response.error.error, response.error.message, context=name)
+        return response
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    async def _read_loop(self, leftover: list[Frame]) -> None:
+        reader = self._reader
+        assert reader is not None
+        self._dispatch_all(leftover)
+        decoder = self._decoder
+        try:
+            while True:
+                data = await reader.read(READ_SIZE_BYTES)
+                if not data:
+                    self._abort(ConnectionClosedError(f"{self._target()} closed the connection"))
+                    return
+                self._last_received_s = time.monotonic()
+                self._ping_outstanding = False
+                try:
+                    frames = decoder.feed(data)
+                except ProtocolError as exc:
+                    self._dispatch_all(list(exc.frames))
+                    self._abort(ConnectionClosedError(f"{self._target()} broke the protocol: {exc}"))
+                    return
+                self._dispatch_all(frames)
+        except (ConnectionError, OSError) as exc:
+            self._abort(ConnectionClosedError(f"reading from {self._target()} failed: {exc}"))
+
+    def _dispatch_all(self, frames: list[Frame]) -> None:
+        for frame in frames:
+            if self.state is ConnectionState.CLOSED:
+                return
+            try:
+                self._dispatch(frame)
+            except Exception:  # noqa: BLE001 - a handler's bug must not take the connection down
+                log.exception("[%s] handling %s failed", self.peer, T.Type.Name(frame.command.type))
+
+    def _dispatch(self, frame: Frame) -> None:
+        cmd = frame.command
+        t = cmd.type
+        if t == T.MESSAGE:
+            consumer = self._consumers.get(cmd.message.consumer_id)
+            if consumer is not None:
+                consumer._handle_message(self, frame)
+            else:
+                log.debug("[%s] MESSAGE for unknown consumer %d", self.peer, cmd.message.consumer_id)
+        elif t == T.SEND_RECEIPT:
+            producer = self._producers.get(cmd.send_receipt.producer_id)
+            if producer is not None:
+                producer._handle_receipt(self, cmd.send_receipt)
+        elif t == T.SEND_ERROR:
+            producer = self._producers.get(cmd.send_error.producer_id)
+            if producer is not None:
+                producer._handle_send_error(self, cmd.send_error)
+            else:
+                log.warning("[%s] SEND_ERROR for unknown producer %d: %s", self.peer, cmd.send_error.producer_id,
+                            cmd.send_error.message)
+        elif t in _RESPONSE_TYPES:
+            body = getattr(cmd, _RESPONSE_FIELD[t])
+            if t == T.PRODUCER_SUCCESS and not body.producer_ready:
+                log.info("[%s] producer %s waits for exclusive access", self.peer, body.producer_name)
+                return
+            fut = self._requests.get(body.request_id)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+            else:
+                log.debug("[%s] %s for unknown request %d", self.peer, T.Type.Name(t), body.request_id)
+        elif t == T.PING:
+            self.write(encode_command(wrap(pb.CommandPong())))
+        elif t == T.PONG:
+            pass
+        elif t == T.CLOSE_PRODUCER:
+            body = cmd.close_producer
+            producer = self._producers.pop(body.producer_id, None)
+            if producer is not None:
+                producer._handle_broker_close(self, self._assigned(body))
+        elif t == T.CLOSE_CONSUMER:
+            body = cmd.close_consumer
+            consumer = self._consumers.pop(body.consumer_id, None)
+            if consumer is not None:
+                consumer._handle_broker_close(self, self._assigned(body))
+        elif t == T.TOPIC_MIGRATED:
+            body = cmd.topicMigrated
+            url = (body.brokerServiceUrlTls if self.url.tls else body.brokerServiceUrl) or None
+            if body.resource_type == pb.CommandTopicMigrated.Producer:
+                producer = self._producers.pop(body.resource_id, None)
+                if producer is not None:
+                    producer._handle_broker_close(self, url)
+            else:
+                consumer = self._consumers.pop(body.resource_id, None)
+                if consumer is not None:
+                    consumer._handle_broker_close(self, url)
+        elif t == T.REACHED_END_OF_TOPIC:
+            consumer = self._consumers.get(cmd.reachedEndOfTopic.consumer_id)
+            if consumer is not None:
+                consumer._handle_end_of_topic(self)
+        elif t == T.ACTIVE_CONSUMER_CHANGE:
+            body = cmd.active_consumer_change
+            consumer = self._consumers.get(body.consumer_id)
+            if consumer is not None:
+                consumer._handle_active_consumer_change(self, body.is_active)
+        elif t == T.AUTH_CHALLENGE:
+            self.write(encode_command(self._auth_response()))
+        else:
+            log.warning("[%s] ignoring unexpected %s from the broker", self.peer, T.Type.Name(t))
+
+    def _assigned(self, body: pb.CommandCloseProducer | pb.CommandCloseConsumer) -> str | None:
+        url = body.assignedBrokerServiceUrlTls if self.url.tls else body.assignedBrokerServiceUrl
+        return url or None
+
+    # -- keep-alive ----------------------------------------------------------------------------------------
+
+    async def _keep_alive_loop(self) -> None:
+        interval = self.keep_alive_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            if self.state is not ConnectionState.READY:
+                return
+            if time.monotonic() - self._last_received_s < interval:
+                continue
+            if self._ping_outstanding:
+                self._abort(
+                    ConnectionClosedError(f"{self._target()} did not answer PING within {interval} s (keep-alive)")
+                )
+                return
+            self._ping_outstanding = True
+            self.write(encode_command(wrap(pb.CommandPing())))

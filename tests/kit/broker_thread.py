@@ -1,0 +1,251 @@
+"""A ``BrokerService`` running in its own event-loop thread, for tests that drive it with pulsar-client.
+
+(``tests/kit/brokers.py`` runs whole broker *processes*; this runs only the binary-protocol service,
+in-process, so a test can reach into topics and subscriptions.)
+
+pulsar-client is synchronous and blocks; running the broker on a loop of its own thread lets a test call
+the client directly and still reach into the broker through :meth:`BrokerThread.run` (a coroutine function
+executed on the broker's loop, its result returned) or :meth:`BrokerThread.call` (a plain function).
+
+By default the broker runs on the in-memory managed ledger (``tests/kit/memory_ledger.py``) and an in-memory
+configuration store holding the namespaces asked for; ``ml_factory_builder`` / ``config_store_builder``
+(async callables run on the broker loop) plug in the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import uuid
+from typing import Any, Awaitable, Callable, Optional
+
+import pytest
+
+from broker.ownership_api import SelfOwnership
+from broker.service import BrokerService, ServiceConfig
+from config_store import ConfigurationStore, MemoryMetadataStore, NodeExistsError, Policies, TenantInfo
+
+from .memory_ledger import MemoryManagedLedgerFactory
+
+log = logging.getLogger("tests.kit.broker_thread")
+
+Builder = Callable[[], Awaitable[Any]]
+Closer = Callable[[], Awaitable[None]]
+
+
+class BrokerThread:
+    """See the module docstring. Use as a context manager or call ``start()`` / ``stop()``.
+
+    Args:
+        config: the service settings (port 0 by default: a free port).
+        namespaces: ``tenant/ns`` to create in the configuration store.
+        policies: namespace -> Policies for those namespaces.
+        ml_factory_builder: ``async () -> ManagedLedgerFactory`` (default: in-memory).
+        config_store_builder: ``async () -> ConfigurationStore`` (default: in-memory).
+        closers: ``async ()`` callables run on the loop after the service closed (close what builders made).
+    """
+
+    def __init__(self, *, config: Optional[ServiceConfig] = None, namespaces: tuple[str, ...] = ("public/default",),
+                 policies: Optional[dict[str, Policies]] = None, cluster_name: str = "test",
+                 ml_factory_builder: Optional[Builder] = None, config_store_builder: Optional[Builder] = None,
+                 closers: tuple[Closer, ...] = ()) -> None:
+        self.config = config or ServiceConfig(stats_update_interval_s=1.0)
+        self.namespaces = namespaces
+        self.policies = policies or {}
+        self.cluster_name = cluster_name
+        self._ml_factory_builder = ml_factory_builder
+        self._config_store_builder = config_store_builder
+        self._closers = closers
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self.service: Optional[BrokerService] = None
+        self.ml_factory: Any = None
+        self.config_store: Optional[ConfigurationStore] = None
+        self._metadata_store: Any = None
+        self.ownership: Optional[SelfOwnership] = None
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    def start(self, *, timeout_s: float = 60.0) -> "BrokerThread":
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def main() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(ready.set)
+            self.loop.run_forever()
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+        self._thread = threading.Thread(target=main, name="broker-loop", daemon=True)
+        self._thread.start()
+        ready.wait(timeout_s)
+        try:
+            self.run(self._setup, timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def _setup(self) -> None:
+        if self._config_store_builder is not None:
+            self.config_store = await self._config_store_builder()
+        else:
+            self._metadata_store = MemoryMetadataStore()
+            await self._metadata_store.start()
+            self.config_store = ConfigurationStore(self._metadata_store)
+        for ns in self.namespaces:
+            await self.create_namespace(ns, self.policies.get(ns))
+        if self._ml_factory_builder is not None:
+            self.ml_factory = await self._ml_factory_builder()
+        else:
+            self.ml_factory = MemoryManagedLedgerFactory()
+        await self.start_service()
+
+    async def start_service(self) -> None:
+        """(Re)starts the service on the same storage (a broker restart / failover on one machine)."""
+        self.ownership = SelfOwnership("pulsar://127.0.0.1:0")
+        self.service = BrokerService(config=dataclasses.replace(self.config), ml_factory=self.ml_factory,
+                                     configuration_store=self.config_store, ownership=self.ownership,
+                                     cluster_name=self.cluster_name)
+        await self.service.start()
+        self.ownership.broker_service_url = self.service.service_url
+
+    async def create_namespace(self, namespace: str, policies: Optional[Policies] = None) -> None:
+        tenant, ns = namespace.split("/")
+        try:
+            await self.config_store.create_tenant(tenant, TenantInfo(allowed_clusters=[self.cluster_name]))
+        except NodeExistsError:
+            pass
+        try:
+            await self.config_store.create_namespace(tenant, ns, policies or Policies())
+        except NodeExistsError:
+            await self.config_store.update_namespace_policies(tenant, ns, lambda _old: policies or Policies())
+
+    def stop(self, *, timeout_s: float = 60.0) -> None:
+        if self.loop is None or not self.loop.is_running():
+            return
+        try:
+            self.run(self._teardown, timeout_s=timeout_s)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout_s)
+
+    async def _teardown(self) -> None:
+        if self.service is not None:
+            await self.service.close()
+        if self.ml_factory is not None:
+            await self.ml_factory.close()
+        for closer in self._closers:
+            try:
+                await closer()
+            except Exception:
+                log.exception("closing test resources failed")
+        if self._metadata_store is not None:
+            await self._metadata_store.close()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def __enter__(self) -> "BrokerThread":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --------------------------------------------------------------------------------- reaching in
+
+    @property
+    def url(self) -> str:
+        return self.service.service_url
+
+    def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> Any:
+        """Runs ``await fn(*args, **kwargs)`` on the broker loop and returns its result."""
+        future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> Any:
+        """Runs the plain function ``fn`` on the broker loop (to read broker state safely)."""
+        async def wrapper() -> Any:
+            return fn(*args, **kwargs)
+        return self.run(wrapper, timeout_s=timeout_s)
+
+    def topic(self, name: str):
+        return self.call(lambda: self.service.topics().get(name))
+
+    def stats(self, name: str) -> dict:
+        async def get() -> dict:
+            topic = await self.service.get_topic(name, create=False)
+            return topic.stats() if topic else {}
+        return self.run(get)
+
+    def set_policies(self, namespace: str, policies: Policies) -> None:
+        self.run(self.create_namespace, namespace, policies)
+
+    def restart_service(self) -> None:
+        """Closes the service (unloading every topic) and starts a new one on the same storage and port 0."""
+        async def restart() -> None:
+            await self.service.close()
+            await self.start_service()
+        self.run(restart)
+
+
+# ------------------------------------------------------------------------------------------ pytest fixtures
+# Import them into a test module: ``from tests.kit.broker_thread import broker, client, new_client``.
+
+_PULSAR_LOGGER = logging.getLogger("pulsar-client")
+_PULSAR_LOGGER.setLevel(logging.WARNING)
+
+
+def make_client(url: str, **kwargs: Any):
+    import pulsar
+
+    kwargs.setdefault("operation_timeout_seconds", 15)
+    kwargs.setdefault("logger", _PULSAR_LOGGER)
+    return pulsar.Client(url, **kwargs)
+
+
+def unique_topic(prefix: str = "t", namespace: str = "public/default") -> str:
+    return f"persistent://{namespace}/{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def broker(request):
+    """A started BrokerThread on the in-memory managed ledger; ``@pytest.mark.parametrize("broker",
+    [{...BrokerThread kwargs...}], indirect=True)`` customizes it."""
+    kwargs = getattr(request, "param", None) or {}
+    b = BrokerThread(**kwargs).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def new_client(broker):
+    """``new_client(**kwargs)`` -> a pulsar.Client on the broker; all are closed at the end."""
+    clients = []
+
+    def factory(**kwargs: Any):
+        c = make_client(broker.url, **kwargs)
+        clients.append(c)
+        return c
+
+    yield factory
+    for c in clients:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def client(new_client):
+    return new_client()
