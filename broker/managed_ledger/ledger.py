@@ -400,10 +400,12 @@ class ManagedLedgerImpl(ManagedLedger):
         CursorNotFoundError if there is neither. Its waiters get ManagedLedgerClosedError."""
         cursor = self._cursors.get(name)
         if cursor is not None:
-            try:
-                await self._store.delete_cursor(self.name, name)
-            except MetadataError as e:
-                raise ManagedLedgerMetadataError(f"[{self.name}][{name}] cannot delete the cursor: {e}") from e
+            async with cursor._persist_lock:  # no write of it in flight, none after (a write would fence us)
+                try:
+                    await self._store.delete_cursor(self.name, name)
+                except MetadataError as e:
+                    raise ManagedLedgerMetadataError(f"[{self.name}][{name}] cannot delete the cursor: {e}") from e
+                cursor.state = CursorState.DELETED
             self._cursors.pop(name, None)
             self._flusher.discard(cursor)
             self._trim_requested.set()

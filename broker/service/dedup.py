@@ -89,7 +89,7 @@ class Deduplication:
 
     async def disable(self) -> None:
         """Turns deduplication off and deletes the snapshot cursor (it would hold back retention)."""
-        if not self.enabled:
+        if not self.enabled and CURSOR_NAME not in self.ml.cursors:
             return
         self.enabled = False
         await self._wait_snapshot()
@@ -97,10 +97,11 @@ class Deduplication:
         self.highest_persisted.clear()
         self._recent.clear()
         self._cursor = None
-        try:
-            await self.ml.delete_cursor(CURSOR_NAME)
-        except Exception as exc:
-            log.warning("%s deleting the cursor failed: %s", self.log_prefix, exc)
+        if CURSOR_NAME in self.ml.cursors:
+            try:
+                await self.ml.delete_cursor(CURSOR_NAME)
+            except Exception as exc:
+                log.warning("%s deleting the cursor failed: %s", self.log_prefix, exc)
 
     async def close(self) -> None:
         """Takes a last snapshot (unload)."""
@@ -115,7 +116,11 @@ class Deduplication:
             return
         if md.HasField("marker_type"):
             return
-        seq = md.highest_sequence_id if md.highest_sequence_id > md.sequence_id else md.sequence_id
+        seq = md.sequence_id
+        if md.highest_sequence_id > seq:
+            seq = md.highest_sequence_id
+        elif md.HasField("num_messages_in_batch"):
+            seq += max(md.num_messages_in_batch, 1) - 1  # as Topic.publish counts a batch without one
         name = md.producer_name
         if seq > self.highest_persisted.get(name, -1):
             self.highest_persisted[name] = seq

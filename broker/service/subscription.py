@@ -288,7 +288,7 @@ class Subscription:
             error: Optional[BaseException] = None
             try:
                 if kind == "delete":
-                    await self.cursor.delete(positions)
+                    await self._delete_positions(positions)
                 else:
                     await self.cursor.mark_delete(positions[0], properties=self.cursor_properties())
             except asyncio.CancelledError:
@@ -308,6 +308,26 @@ class Subscription:
             if self.cursor.mark_delete_position != before:
                 self.last_md_advanced_ms = int(time.time() * 1000)
                 self._wake_dispatcher()
+
+    async def _delete_positions(self, positions: list[Position]) -> None:
+        """Individual deletes; a position the ledger does not have (a client acknowledging garbage) must not
+        cost the valid ones their acknowledgement, so a refused batch is retried one position at a time."""
+        try:
+            await self.cursor.delete(positions)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if len(positions) == 1 or "InvalidCursorPosition" not in type(exc).__name__:
+                raise
+            for pos in positions:
+                try:
+                    await self.cursor.delete([pos])
+                except asyncio.CancelledError:
+                    raise
+                except Exception as one:
+                    if "InvalidCursorPosition" not in type(one).__name__:
+                        raise
+                    log.info("%s ignoring an acknowledgement of %s: %s", self.log_prefix, pos, one)
 
     async def drain_acks(self) -> None:
         """Waits until every queued acknowledgement reached the cursor."""

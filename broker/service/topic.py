@@ -199,8 +199,11 @@ class Topic:
             producer.track(seq, highest, fut)
             return
         dedup = self.dedup
+        # pulsar-client (C++) sends a batch with its first sequence id and no highest one; its members are
+        # numbered consecutively, so the batch covers seq .. seq + n - 1 (what the Java client would send).
+        top = highest if highest is not None else seq + max(send.num_messages, 1) - 1
         if dedup.enabled:
-            status, fut = dedup.check(producer.name, seq, highest or 0)
+            status, fut = dedup.check(producer.name, seq, top)
             if status is dedup_mod.Status.DUPLICATE:
                 producer.track(seq, highest, fut)
                 return
@@ -210,7 +213,7 @@ class Topic:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
         if dedup.enabled:
-            dedup.pushed(producer.name, seq, highest or 0, fut)
+            dedup.pushed(producer.name, seq, top, fut)
         producer.track(seq, highest, fut)
         messages = send.num_messages
         size = len(entry)

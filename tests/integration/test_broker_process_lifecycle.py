@@ -93,3 +93,15 @@ def test_a_bad_config_exits_with_the_reason(tmp_path) -> None:
                             timeout=60)
     assert result.returncode == 2
     assert "ack_quorum <= write_quorum" in result.stderr and str(config) in result.stderr
+
+
+def test_a_killed_broker_restarts_under_its_old_id(tmp_path, zk_connect, zk) -> None:
+    (a,) = start_brokers(1, tmp_path, zk_connect)
+    get(f"{a.http_url}/lookup/v2/topic/persistent/public/default/x")
+    old = node_json(zk, "/brokers/broker-1")["instance"]
+    a.restart(kill=True, timeout_s=60)  # its old session's nodes linger until they expire; it waits them out
+    assert node_json(zk, "/brokers/broker-1")["instance"] != old
+    lookup = json.loads(get(f"{a.http_url}/lookup/v2/topic/persistent/public/default/x")[1])
+    assert lookup["brokerUrl"] == a.pulsar_url
+    bundle = json.loads(get(f"{a.http_url}/lookup/v2/topic/persistent/public/default/x/bundle")[1])
+    assert node_json(zk, f"/namespace/public/default/{bundle}")["instance"] != old

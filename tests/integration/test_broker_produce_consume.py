@@ -11,7 +11,7 @@ import threading
 import pulsar
 import pytest
 
-from tests.kit.broker_thread import broker, client, new_client, unique_topic  # noqa: F401 (fixtures)
+from tests.kit.broker_thread import broker, client, new_client, storage, unique_topic  # noqa: F401 (fixtures)
 from tests.kit.wait import wait_for
 
 RECEIVE_MS = 5000

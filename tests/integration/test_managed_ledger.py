@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -206,6 +207,7 @@ async def test_throttled_persistence_loses_at_most_the_last_interval(bookies, zk
         before = (await a.store.get(path)).version
         # phase 1: acks with holes, never flushed: the flusher persists them within an interval
         phase1 = [p for i, p in enumerate(positions[:500]) if i % 7 != 3]
+        started_s = time.monotonic()
         for p in phase1:
             await cursor.delete([p])
 
@@ -214,7 +216,8 @@ async def test_throttled_persistence_loses_at_most_the_last_interval(bookies, zk
 
         await wait_for_async(lambda: _covers(persisted(), cursor), timeout_s=5, what="phase-1 acks persisted")
         writes = (await a.store.get(path)).version - before
-        assert 1 <= writes <= 4, f"{writes} cursor writes for {len(phase1)} acks: not throttled"
+        allowed = 2 + (time.monotonic() - started_s) / 0.5  # the first ack, then at most one per interval
+        assert 1 <= writes <= allowed, f"{writes} cursor writes for {len(phase1)} acks: not throttled"
         # phase 2: more acks, then the broker dies without flushing
         phase2 = [p for i, p in enumerate(positions[500:], 500) if i % 5 != 0]
         for p in phase2:

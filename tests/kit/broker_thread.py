@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import os
 import threading
 import uuid
 from typing import Any, Awaitable, Callable, Optional
@@ -66,6 +67,8 @@ class BrokerThread:
         self.config_store: Optional[ConfigurationStore] = None
         self._metadata_store: Any = None
         self.ownership: Optional[SelfOwnership] = None
+        self.storage = "memory"
+        self.bookies: list = []
 
     # --------------------------------------------------------------------------------- lifecycle
 
@@ -218,14 +221,76 @@ def unique_topic(prefix: str = "t", namespace: str = "public/default") -> str:
     return f"persistent://{namespace}/{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, **ml_config: Any) -> dict[str, Any]:
+    """BrokerThread keyword arguments for real storage: ``bookies`` bookie processes, a ZooKeeper session
+    for the ledger client and managed ledgers, another one for the configuration store (as a broker
+    process holds them), all closed when the BrokerThread stops."""
+    from bookie.client import LedgerClient, LedgerClientConfig
+    from broker.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+    from config_store import KazooMetadataStore, RegionStore
+
+    from .bookies import start_bookies
+    from .wait import wait_for_async
+
+    started = start_bookies(bookies, tmp_path, zk_connect)
+    held: dict[str, Any] = {}
+    config = ManagedLedgerConfig(**{"ensemble_size": min(3, bookies), "write_quorum_size": min(2, bookies),
+                                    "ack_quorum_size": min(2, bookies), "cursor_persist_interval_ms": 100,
+                                    **ml_config})
+
+    async def ml_factory():
+        store = held["ml_store"] = KazooMetadataStore(zk_connect, session_timeout_ms=10_000)
+        await store.start()
+        client = held["ledger_client"] = LedgerClient(RegionStore(store),
+                                                      config=LedgerClientConfig(add_timeout_s=5.0, read_timeout_s=5.0))
+        await client.start()
+        await wait_for_async(lambda: len(client.writable_bookies()) >= bookies, timeout_s=30,
+                             what=f"{bookies} writable bookies")
+        return ManagedLedgerFactory(client, store, config=config)
+
+    async def config_store():
+        store = held["config_store"] = KazooMetadataStore(zk_connect, session_timeout_ms=10_000)
+        await store.start()
+        return ConfigurationStore(store)
+
+    async def close():
+        for key in ("ledger_client", "ml_store", "config_store"):
+            if key in held:
+                await held.pop(key).close()
+
+    return {"ml_factory_builder": ml_factory, "config_store_builder": config_store, "closers": (close,),
+            "bookies": started}
+
+
+def _storages() -> list[str]:
+    chosen = os.environ.get("MAGNETAR_BROKER_STORAGE", "memory,bookies")
+    return [s for s in ("memory", "bookies") if s in chosen.split(",")]
+
+
+@pytest.fixture(params=_storages())
+def storage(request) -> str:
+    """Which managed ledger the broker runs on: ``memory`` (the test double) or ``bookies`` (real
+    ZooKeeper + 3 bookie processes). ``MAGNETAR_BROKER_STORAGE=memory`` runs only the first."""
+    return request.param
+
+
 @pytest.fixture
-def broker(request):
-    """A started BrokerThread on the in-memory managed ledger; ``@pytest.mark.parametrize("broker",
-    [{...BrokerThread kwargs...}], indirect=True)`` customizes it."""
-    kwargs = getattr(request, "param", None) or {}
+def broker(request, storage):
+    """A started BrokerThread on ``storage``; ``@pytest.mark.parametrize("broker", [{...BrokerThread
+    kwargs...}], indirect=True)`` customizes it."""
+    kwargs = dict(getattr(request, "param", None) or {})
+    bookies = []
+    if storage == "bookies":
+        extra = real_storage(request.getfixturevalue("tmp_path"), request.getfixturevalue("zk_connect"))
+        bookies = extra.pop("bookies")
+        kwargs.update(extra)
     b = BrokerThread(**kwargs).start()
+    b.storage = storage
+    b.bookies = bookies
     yield b
     b.stop()
+    for bk in bookies:
+        bk.process.cleanup()
 
 
 @pytest.fixture

@@ -163,11 +163,27 @@ class MemoryManagedLedger(ManagedLedger):
         self._waiters: list[asyncio.Future] = []
         self._closed = False
         self._fail_adds: list[BaseException] = []
+        self._held: Optional[list[tuple[bytes, asyncio.Future]]] = None
         self.entries_added = 0
 
     # -- fault injection ------------------------------------------------------------------------------
     def fail_next_adds(self, n: int, exc: BaseException | None = None) -> None:
         self._fail_adds.extend([exc or ManagedLedgerError(f"[{self.name}] injected add failure")] * n)
+
+    def hold_adds(self) -> None:
+        """Appends stay pending (not stored, futures unresolved) until :meth:`release_adds`."""
+        if self._held is None:
+            self._held = []
+
+    def release_adds(self) -> int:
+        held, self._held = self._held or [], None
+        for data, fut in held:
+            self._append(data, fut)
+        return len(held)
+
+    @property
+    def held_adds(self) -> int:
+        return len(self._held or [])
 
     # -- positions ------------------------------------------------------------------------------------
     def _index_at_or_after(self, position: Position) -> int:
@@ -208,6 +224,13 @@ class MemoryManagedLedger(ManagedLedger):
         if self._fail_adds:
             fut.set_exception(self._fail_adds.pop(0))
             return fut
+        if self._held is not None:
+            self._held.append((bytes(data), fut))
+            return fut
+        self._append(data, fut)
+        return fut
+
+    def _append(self, data: bytes, fut: asyncio.Future) -> None:
         if self._ledger_entries >= self._entries_per_ledger:
             self._ledger = self._factory._next_ledger_id()
             self._ledger_entries = 0
@@ -216,12 +239,12 @@ class MemoryManagedLedger(ManagedLedger):
         self._positions.append(pos)
         self._data[pos] = bytes(data)
         self.entries_added += 1
-        fut.set_result(pos)
+        if not fut.done():
+            fut.set_result(pos)
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
-        return fut
 
     async def add_entry(self, data: bytes) -> Position:
         return await self.add_entry_nowait(data)

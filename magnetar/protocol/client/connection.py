@@ -565,9 +565,9 @@ class Connection:
             producer = self._producers.get(cmd.send_error.producer_id)
             if producer is not None:
                 producer._handle_send_error(self, cmd.send_error)
-            else:
-                log.warning("[%s] SEND_ERROR for unknown producer %d: %s", self.peer, cmd.send_error.producer_id,
-                            cmd.send_error.message)
+            else:  # e.g. sends that crossed a CLOSE_PRODUCER: re-sent after reconnection
+                log.debug("[%s] SEND_ERROR for unknown producer %d: %s", self.peer, cmd.send_error.producer_id,
+                          cmd.send_error.message)
         elif t in _RESPONSE_TYPES:
             body = getattr(cmd, _RESPONSE_FIELD[t])
             if t == T.PRODUCER_SUCCESS and not body.producer_ready:

@@ -1,0 +1,154 @@
+"""Producers with pulsar-client: deduplication (retries, restarts), access modes and fencing, names."""
+
+from __future__ import annotations
+
+import threading
+
+import pulsar
+import pytest
+
+from config_store import Policies
+from tests.kit.broker_thread import broker, client, make_client, new_client, storage, unique_topic  # noqa: F401
+from tests.kit.wait import wait_for
+
+RECEIVE_MS = 5000
+DEDUP = {"policies": {"public/default": Policies(deduplication_enabled=True)}}
+
+
+def read_all(client, topic, *, timeout_ms=1000):
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    while True:
+        try:
+            out.append(reader.read_next(timeout_ms).data())
+        except pulsar.Timeout:
+            reader.close()
+            return out
+
+
+@pytest.mark.parametrize("broker", [DEDUP], indirect=True)
+def test_dedup_drops_a_resent_sequence_id(broker, client):
+    topic = unique_topic()
+    p1 = client.create_producer(topic, producer_name="dedup-p")
+    assert p1.last_sequence_id() == -1
+    for i in range(5):
+        p1.send(f"a{i}".encode(), sequence_id=i)
+    p1.close()
+    p2 = client.create_producer(topic, producer_name="dedup-p")
+    assert p2.last_sequence_id() == 4
+    p2.send(b"dup", sequence_id=3)  # acknowledged, not stored
+    p2.send(b"new", sequence_id=5)
+    assert read_all(client, topic) == [b"a0", b"a1", b"a2", b"a3", b"a4", b"new"]
+    assert broker.stats(topic)["deduplicationStatus"] == "Enabled"
+
+
+@pytest.mark.parametrize("broker", [DEDUP], indirect=True)
+def test_dedup_state_survives_a_broker_restart(broker):
+    topic = unique_topic()
+    c1 = make_client(broker.url)
+    p = c1.create_producer(topic, producer_name="survivor", batching_enabled=True, batching_max_publish_delay_ms=5)
+    for i in range(20):
+        p.send_async(f"m{i}".encode(), None)
+    p.flush()
+    c1.close()
+    broker.restart_service()  # the topic is loaded again: the state comes back from the pulsar.dedup cursor
+    c2 = make_client(broker.url)
+    try:
+        p2 = c2.create_producer(topic, producer_name="survivor")
+        assert p2.last_sequence_id() == 19
+        p2.send(b"again", sequence_id=10)
+        p2.send(b"m20", sequence_id=20)
+        assert read_all(c2, topic) == [f"m{i}".encode() for i in range(21)]
+    finally:
+        c2.close()
+
+
+@pytest.mark.parametrize("broker, expected_entries", [(DEDUP, 10), ({}, 20)], indirect=["broker"])
+def test_producer_retries_after_a_lost_connection(broker, client, expected_entries):
+    """Receipts lost with the connection: the client re-sends; with dedup nothing is stored twice."""
+    if broker.storage != "memory":
+        pytest.skip("holding appends in flight needs the managed-ledger test double")
+    topic = unique_topic()
+    producer = client.create_producer(topic, producer_name="retrier", send_timeout_millis=30_000)
+    ml = broker.run(lambda: broker.service.get_topic(topic)).ml
+    broker.call(ml.hold_adds)
+    results = []
+    for i in range(10):
+        producer.send_async(f"m{i}".encode(), lambda res, mid: results.append(res))
+    wait_for(lambda: broker.call(lambda: ml.held_adds) == 10, 10, what="10 appends in flight")
+
+    def cut():
+        for conn in broker.service.connections:
+            conn.close()
+    broker.call(cut)
+    wait_for(lambda: broker.call(lambda: ml.held_adds) >= 20 or
+             (expected_entries == 10 and broker.call(lambda: len(broker.service.connections)) >= 1
+              and broker.call(lambda: bool(broker.service.topics()[topic].producers))), 15,
+             what="the client reconnected and re-sent")
+    if expected_entries == 10:
+        wait_for(lambda: broker.call(lambda: sum(p.pending_count for p in broker.service.topics()[topic]
+                                                 .producers.values())) == 10, 15, what="resends queued")
+    broker.call(ml.release_adds)
+    wait_for(lambda: len(results) == 10, 15, what="every send acknowledged")
+    assert all(r == pulsar.Result.Ok for r in results)
+    assert broker.call(lambda: ml.number_of_entries) == expected_entries
+
+
+def test_exclusive_producer_refuses_others(broker, new_client):
+    topic = unique_topic()
+    c1, c2 = new_client(), new_client()
+    p1 = c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        c2.create_producer(topic)
+    with pytest.raises(pulsar.ProducerBusy):
+        c2.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    p1.send(b"still mine")
+    p1.close()
+    c2.create_producer(topic).send(b"shared again")
+    assert broker.stats(topic)["topicEpoch"] == 1
+
+
+def test_exclusive_with_fencing_fences_the_holder(broker, new_client):
+    topic = unique_topic()
+    c1, c2 = new_client(), new_client()
+    p1 = c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    p1.send(b"one")
+    p2 = c2.create_producer(topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    p2.send(b"two")
+    with pytest.raises((pulsar.ProducerFenced, pulsar.AlreadyClosed, pulsar.Timeout, pulsar.ProducerBusy)):
+        p1.send(b"three", )
+    assert broker.stats(topic)["topicEpoch"] == 2
+    assert [p["producerName"] for p in broker.stats(topic)["publishers"]] == [p2.producer_name()]
+
+
+def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(broker, new_client):
+    topic = unique_topic()
+    c1, c2 = new_client(), new_client()
+    p1 = c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    created = {}
+
+    def create():
+        created["p"] = c2.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+
+    t = threading.Thread(target=create)
+    t.start()
+    wait_for(lambda: broker.stats(topic)["waitingPublishers"] == 1, 10, what="second producer queued")
+    assert "p" not in created
+    p1.close()
+    t.join(10)
+    created["p"].send(b"finally")
+    assert broker.stats(topic)["publishers"][0]["accessMode"] == "WaitForExclusive"
+
+
+def test_producer_name_in_use_is_refused(broker, new_client):
+    topic = unique_topic()
+    c1, c2 = new_client(), new_client()
+    c1.create_producer(topic, producer_name="same")
+    with pytest.raises(pulsar.ProducerBusy):
+        c2.create_producer(topic, producer_name="same")
+
+
+def test_generated_names_are_unique_and_stamped(broker, client):
+    topic = unique_topic()
+    names = {client.create_producer(topic).producer_name() for _ in range(3)}
+    assert len(names) == 3 and all(n.startswith("test-") for n in names)
