@@ -28,7 +28,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     authoritative = request.query.get("authoritative", "").lower() == "true"
-    result = await ctx.ownership.lookup(str(topic), authoritative=authoritative)
+    result = await ctx.lookup(str(topic), authoritative=authoritative)
     if result.redirect:
         raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=True))
     return web.json_response({

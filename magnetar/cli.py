@@ -125,10 +125,12 @@ def demo(
 
 from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registration)
 from magnetar.client_cli import consume, produce  # noqa: E402
+from magnetar.perf import perf_app  # noqa: E402
 
 app.add_typer(admin_app, name="admin")
 app.command()(produce)
 app.command()(consume)
+app.add_typer(perf_app, name="perf")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -14,7 +15,8 @@ from config_store import ConfigurationStore, NotFoundError, Policies, RegionStor
 from config_store.brokers import BrokerRegistry
 from magnetar.topic_name import TopicName
 
-from ..ownership import BundleOwnership, bundles_data, default_boundaries
+from ..ownership import BundleOwnership, ServiceUnitNotReadyError, bundles_data, default_boundaries
+from ..ownership_api import LookupResult
 from .errors import RestError, not_found
 
 HealthCheck = Callable[[], tuple[bool, str]]
@@ -37,6 +39,7 @@ class AdminContext:
         metrics_registry: what ``/metrics`` serves.
         health: ``/health``'s check.
         fanout_concurrency: parallel requests when a call spans the owners of many partitions or bundles.
+        lookup_wait_s: how long a lookup may wait for a bundle that is not ready (see :meth:`lookup`).
     """
 
     cluster: str
@@ -51,6 +54,7 @@ class AdminContext:
     metrics_registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     health: Optional[HealthCheck] = None
     fanout_concurrency: int = 16
+    lookup_wait_s: float = 5.0
     http: Optional[aiohttp.ClientSession] = None
 
     # -- helpers shared by the handlers ---------------------------------------------------------------------
@@ -75,10 +79,29 @@ class AdminContext:
         answers 307 to the owner (or to the broker chosen to own it, with ``authoritative=true``), the same
         method, path and query, as Pulsar does."""
         authoritative = request.query.get("authoritative", "").lower() == "true"
-        result = await self.ownership.lookup(str(topic), authoritative=authoritative)
+        result = await self.lookup(str(topic), authoritative=authoritative)
         if result.is_self:
             return
         raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect))
+
+    async def lookup(self, topic: str, *, authoritative: bool) -> LookupResult:
+        """The ownership lookup, waiting out short "not ready" windows (a bundle being unloaded, a broker
+        being chosen) for up to ``lookup_wait_s`` before failing with 503.
+
+        HTTP clients cannot tell a transient 503 from a dead service: pulsar-client turns any HTTP error of
+        a lookup into a fatal ConnectError, so the wait happens here rather than at the client.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lookup_wait_s
+        delay_s = 0.05
+        while True:
+            try:
+                return await self.ownership.lookup(topic, authoritative=authoritative)
+            except ServiceUnitNotReadyError:
+                if loop.time() + delay_s > deadline:
+                    raise
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
 
     def client(self) -> aiohttp.ClientSession:
         if self.http is None or self.http.closed:

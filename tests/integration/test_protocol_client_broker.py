@@ -23,7 +23,7 @@ from magnetar.protocol.client import (
     ServerError,
     SubscriptionType,
 )
-from tests.kit.broker_thread import broker, client, new_client, unique_topic  # noqa: F401 (fixtures)
+from tests.kit.broker_thread import broker, client, new_client, storage, unique_topic  # noqa: F401 (fixtures)
 
 RECEIVE_MS = 5000
 DEDUP = {"policies": {"public/default": Policies(deduplication_enabled=True)}}

@@ -281,6 +281,12 @@ def broker(request, storage):
     kwargs = dict(getattr(request, "param", None) or {})
     bookies = []
     if storage == "bookies":
+        # The session's ZooKeeper may be started right here (a dynamic request, after the autouse fixture
+        # that kills what a test started): mark it as pre-existing so it outlives this test.
+        zk_server = request.getfixturevalue("zk_server")
+        before = getattr(request.node, "_kit_before", None)
+        if before is not None:
+            before.add(zk_server.process)
         extra = real_storage(request.getfixturevalue("tmp_path"), request.getfixturevalue("zk_connect"))
         bookies = extra.pop("bookies")
         kwargs.update(extra)

@@ -4,6 +4,7 @@ the owner, partition fan-out, /metrics and /health."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from broker.admin import AdminContext, make_app
+from broker.admin.keys import CONTEXT
 from broker.lookup_http import routes as lookup_routes
 from broker.managed_ledger.api import Position
 from broker.ownership import BundleOwnership
@@ -437,3 +439,38 @@ def test_app_builds_without_a_running_loop() -> None:
     app = make_app(AdminContext(cluster="c", configuration=config, region=RegionStore(store),
                                 brokers=ownership.registry, ownership=ownership))
     assert isinstance(app, web.Application)
+
+
+async def test_http_lookup_waits_out_a_bundle_being_unloaded(nodes, http) -> None:
+    a, b = nodes
+    await setup_namespace(http, a.url)
+    topic = "persistent://t/ns/moving"
+    await a.ownership.lookup(topic, authoritative=True)
+    bundle = await a.ownership.bundle_of(topic)
+    registry = a.ownership.registry
+    current = await registry.get_owner("t", "ns", bundle.name)
+    await registry.set_disabled("t", "ns", bundle.name, current.value, expected_version=current.version)
+    url = f"{b.url}/lookup/v2/topic/persistent/t/ns/moving"
+    b.server.app[CONTEXT].lookup_wait_s = 0.2
+    status, answer = await call(http, "GET", url)
+    assert status == 503 and "being unloaded" in answer["reason"]  # pulsar-client would give up: keep it rare
+    b.server.app[CONTEXT].lookup_wait_s = 5.0
+
+    async def finish_unload() -> None:
+        await asyncio.sleep(0.3)
+        await a.ownership.unload(bundle)
+
+    finishing = asyncio.create_task(finish_unload())
+    status, answer = await call(http, "GET", url)  # waits for the release, then gets a fresh owner
+    await finishing
+    assert status == 200 and answer["brokerUrl"] in ("pulsar://a:6650", "pulsar://b:6650")
+
+
+async def test_namespace_unload_reaches_every_owner(nodes, http) -> None:
+    a, b = nodes
+    await setup_namespace(http, a.url)
+    for i in range(16):
+        await call(http, "GET", f"{a.url}/lookup/v2/topic/persistent/t/ns/u-{i}")
+    assert a.ownership.owned_bundles() and b.ownership.owned_bundles()
+    assert await call(http, "PUT", f"{b.url}/admin/v2/namespaces/t/ns/unload") == (204, None)
+    assert a.ownership.owned_bundles() == [] and b.ownership.owned_bundles() == []

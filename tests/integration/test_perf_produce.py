@@ -1,0 +1,80 @@
+"""``magnetar perf produce|consume`` as a user runs it: a subprocess against a serving broker.
+
+The quick tests run against the binary-protocol service in a thread of the test process (in-memory
+storage); the slow one against a real ``magnetar broker`` process on real bookies and ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.kit.broker_thread import broker, storage, unique_topic  # noqa: F401 (fixtures)
+from tests.kit.brokers import start_brokers
+
+LATENCY_LINE = re.compile(r"== latency ms: p50 [\d.]+  p95 [\d.]+  p99 [\d.]+  p99\.9 [\d.]+  max [\d.]+")
+SUMMARY_LINE = re.compile(r"== (produce|consume) summary: [\d.]+ s, ([\d,]+) msgs, ([\d,]+) msg/s, ([\d.]+) MB/s")
+
+
+def perf(*args: str, timeout_s: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "magnetar", "perf", *args], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def check_report(result: subprocess.CompletedProcess, json_path) -> dict:
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = SUMMARY_LINE.search(result.stdout)
+    assert summary and int(summary.group(3).replace(",", "")) > 0, result.stdout
+    assert LATENCY_LINE.search(result.stdout), result.stdout
+    assert re.search(r"\[\s+[\d.]+s\] (produce|consume)\s+[\d,]+ msg/s", result.stdout), result.stdout  # interval lines
+    data = json.loads(json_path.read_text())
+    assert data["messages"] > 0 and data["msg_per_s"] > 0 and data["latency_ms"]["p99.9"] > 0
+    return data
+
+
+@pytest.mark.parametrize("client_kind", ["pulsar", "magnetar"])
+def test_perf_produce_reports_throughput_and_latency(broker, tmp_path, client_kind):
+    out = tmp_path / "summary.json"
+    result = perf("produce", broker.url, unique_topic("perf"), "--duration", "2", "--interval", "1",
+                  "--client", client_kind, "--json", str(out))
+    data = check_report(result, out)
+    assert data["errors"] == 0 and data["client"] == client_kind
+
+
+def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path):
+    topic = unique_topic("perf")
+    consume_json = tmp_path / "consume.json"
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "magnetar", "perf", "consume", broker.url, topic, "--client", "magnetar",
+         "--subscription-type", "Shared", "--duration", "8", "--interval", "1", "--json", str(consume_json)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Produce once the subscription exists (its initial position is "latest").
+        from tests.kit.wait import wait_for
+
+        wait_for(lambda: "perf" in broker.stats(topic).get("subscriptions", {}), 30, what="perf subscription")
+        produce_json = tmp_path / "produce.json"
+        produced = check_report(perf("produce", broker.url, topic, "--duration", "2", "--rate", "5000", "--interval", "1",
+                                     "--client", "magnetar", "--processes", "2", "--json", str(produce_json)),
+                                produce_json)
+        stdout, _ = consumer.communicate(timeout=60)
+    finally:
+        consumer.kill()
+    consumed = check_report(subprocess.CompletedProcess(consumer.args, consumer.returncode, stdout, ""), consume_json)
+    assert consumed["messages"] == produced["messages"]
+    assert 5000 * 1.5 <= produced["messages"] <= 5000 * 2.5  # --rate is the total over both processes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_perf_produce_against_a_broker_process_on_bookies(tmp_path, zk_connect, bookie_factory):
+    bookie_factory(2)
+    (b,) = start_brokers(1, tmp_path, zk_connect)
+    out = tmp_path / "summary.json"
+    result = perf("produce", b.pulsar_url, "persistent://public/default/perf", "--duration", "2", "--interval", "1",
+                  "--json", str(out), timeout_s=180)
+    check_report(result, out)
