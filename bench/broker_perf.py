@@ -6,7 +6,9 @@
 
 Without ``--url`` it starts a local deployment with the test kit (a real ZooKeeper, ``--bookies`` bookie
 processes, one ``magnetar broker`` process; E = Qw = Qa = 2) in a temporary directory and stops it at the
-end. Each cell runs ``magnetar perf produce`` on a fresh topic for ``--seconds`` at the maximum rate and
+end. Each cell runs ``magnetar perf produce`` on a fresh topic for ``--seconds`` at ``--rate`` (default: the
+maximum; latencies at the maximum are mostly queueing behind ``--max-pending``, so give a rate to see the
+latency of a loaded but unsaturated broker) and
 records msg/s, MB/s and send-to-receipt latency; the table is printed at the end and, with ``--json``,
 written for comparisons. Rows: ``pulsar`` = pulsar-client batching (what an application sees);
 ``magnetar`` = pre-built batches from the asyncio client (what the broker and bookies sustain).
@@ -38,12 +40,12 @@ def _start_deployment(base: pathlib.Path, bookies: int):
     return broker.pulsar_url, [zk.process, *(b.process for b in bks), broker.process]
 
 
-def _cell(url: str, client: str, size: int, processes: int, batching: bool, seconds: float) -> dict:
+def _cell(url: str, client: str, size: int, processes: int, batching: bool, seconds: float, rate: float) -> dict:
     topic = f"persistent://public/default/bench-{uuid.uuid4().hex[:8]}"
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         args = [sys.executable, "-m", "magnetar", "perf", "produce", url, topic, "--client", client,
                 "--size", str(size), "--processes", str(processes), "--duration", str(seconds),
-                "--interval", str(max(1.0, seconds / 4)), "--json", out.name]
+                "--interval", str(max(1.0, seconds / 4)), "--rate", str(rate), "--json", out.name]
         if not batching:
             args.append("--no-batching")
         result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120)
@@ -63,6 +65,7 @@ def main() -> int:
     parser.add_argument("--processes", default="1,2")
     parser.add_argument("--no-batching", action="store_true", help="also run every cell without batching")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=0.0, help="msg/s per cell (0 = as fast as possible)")
     parser.add_argument("--json", help="write the table here")
     args = parser.parse_args()
 
@@ -78,7 +81,7 @@ def main() -> int:
             for size in (int(s) for s in args.sizes.split(",")):
                 for processes in (int(p) for p in args.processes.split(",")):
                     for batching in ([True, False] if args.no_batching else [True]):
-                        rows.append(_cell(url, client, size, processes, batching, args.seconds))
+                        rows.append(_cell(url, client, size, processes, batching, args.seconds, args.rate))
     finally:
         for proc in reversed(started):
             proc.cleanup()

@@ -29,6 +29,7 @@ from typing import Optional
 from broker.managed_ledger.api import InitialPosition, ManagedCursor, ManagedLedger, Position
 
 from .entries import peek_metadata
+from .tasks import shielded
 
 log = logging.getLogger("broker.service.dedup")
 
@@ -69,7 +70,7 @@ class Deduplication:
         """Turns deduplication on: opens the ``pulsar.dedup`` cursor and rebuilds the state from it."""
         if self.enabled:
             return
-        cursor = await self.ml.open_cursor(CURSOR_NAME, initial_position=InitialPosition.EARLIEST)
+        cursor = await shielded(self.ml.open_cursor(CURSOR_NAME, initial_position=InitialPosition.EARLIEST))
         self._cursor = cursor
         props = dict(getattr(cursor, "properties", None) or {})
         self.highest_persisted = {k: int(v) for k, v in props.items()}
@@ -99,7 +100,7 @@ class Deduplication:
         self._cursor = None
         if CURSOR_NAME in self.ml.cursors:
             try:
-                await self.ml.delete_cursor(CURSOR_NAME)
+                await shielded(self.ml.delete_cursor(CURSOR_NAME))
             except Exception as exc:
                 log.warning("%s deleting the cursor failed: %s", self.log_prefix, exc)
 
@@ -147,7 +148,7 @@ class Deduplication:
             return Status.NEW, None
         loop = asyncio.get_running_loop()
         inflight = self._inflight.get((producer_name, seq))
-        if inflight is not None and not inflight.done():
+        if inflight is not None:  # stored or not yet, its outcome answers the duplicate
             return Status.DUPLICATE, inflight
         fut = loop.create_future()
         fut.set_result(self._recent.get((producer_name, seq), _NO_POSITION))
@@ -191,7 +192,7 @@ class Deduplication:
         if position < cursor.mark_delete_position:
             return
         try:
-            await cursor.mark_delete(position, properties=dict(self.highest_persisted))
+            await shielded(cursor.mark_delete(position, properties=dict(self.highest_persisted)))
         except Exception as exc:
             log.warning("%s snapshot at %s failed: %s", self.log_prefix, position, exc)
 

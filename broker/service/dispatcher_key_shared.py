@@ -117,7 +117,7 @@ class KeySharedDispatcher(SharedDispatcher):
                   and (replayed or h not in waiting)
                   and (consumer.join_position is None or pos < consumer.join_position))
             if ok:
-                room = budget.setdefault(id(consumer), consumer.permits)
+                room = budget.setdefault(id(consumer), self.room_of(consumer))
                 ok = room > 0
             if not ok:
                 held_hashes.add(h)

@@ -180,7 +180,7 @@ class SharedDispatcher(Dispatcher):
                 break
             key = id(consumer)
             by_id[key] = consumer
-            room = budget.setdefault(key, consumer.permits)
+            room = budget.setdefault(key, self.room_of(consumer))
             share = min(step, room)
             taken = 0
             while i < len(batch) and taken < share:
@@ -198,9 +198,17 @@ class SharedDispatcher(Dispatcher):
             sent += len(items)
         return sent
 
+    @staticmethod
+    def room_of(consumer: "Consumer") -> int:
+        """Messages ``consumer`` may take now: its permits, capped by its unacked-messages allowance."""
+        room = consumer.permits
+        if consumer.max_unacked_messages:
+            room = min(room, consumer.max_unacked_messages - consumer.unacked_messages)
+        return room
+
     def _next_consumer(self, budget: dict[int, int]) -> Optional["Consumer"]:
         """The next consumer in round-robin order among the best priority level that still has room."""
-        candidates = [c for c in self.consumers if c.available() and budget.get(id(c), c.permits) > 0]
+        candidates = [c for c in self.consumers if c.available() and budget.get(id(c), self.room_of(c)) > 0]
         if not candidates:
             return None
         best = min(c.priority_level for c in candidates)

@@ -61,6 +61,7 @@ class BrokerService:
         self._instance = secrets.token_hex(3)
         self._tasks: set[asyncio.Task] = set()
         self._periodic: Optional[asyncio.Task] = None
+        self._stopping = asyncio.Event()
         self._collector: Optional[ServiceCollector] = None
         self._started = False
         self._closed = False
@@ -89,7 +90,13 @@ class BrokerService:
         self._closed = True
         self._server.stop_accepting()
         if self._periodic is not None:
-            self._periodic.cancel()
+            # Not cancelled mid-iteration: a cursor write cut short by a cancellation can leave the cursor's
+            # idea of its metadata version stale (the write may still land), which fences it later.
+            self._stopping.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._periodic), 30.0)
+            except TimeoutError:
+                self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
         results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
         for r in results:
@@ -318,9 +325,15 @@ class BrokerService:
 
     async def _periodic_work(self) -> None:
         interval = self.config.stats_update_interval_s
-        while True:
-            await asyncio.sleep(interval)
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), interval)
+                return
+            except TimeoutError:
+                pass
             for topic in list(self._topics.values()):
+                if self._stopping.is_set():
+                    return
                 try:
                     topic.tick()
                     await topic.check_message_ttl()

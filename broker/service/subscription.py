@@ -34,6 +34,7 @@ from .dispatcher_single import SingleActiveConsumerDispatcher
 from .entries import ack_set_to_int
 from .errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError, SubscriptionNotFoundError
 from .stats import RateMeter
+from .tasks import shielded
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -290,7 +291,7 @@ class Subscription:
                 if kind == "delete":
                     await self._delete_positions(positions)
                 else:
-                    await self.cursor.mark_delete(positions[0], properties=self.cursor_properties())
+                    await shielded(self.cursor.mark_delete(positions[0], properties=self.cursor_properties()))
             except asyncio.CancelledError:
                 for f in futures:
                     f.cancel()
@@ -313,7 +314,7 @@ class Subscription:
         """Individual deletes; a position the ledger does not have (a client acknowledging garbage) must not
         cost the valid ones their acknowledgement, so a refused batch is retried one position at a time."""
         try:
-            await self.cursor.delete(positions)
+            await shielded(self.cursor.delete(positions))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -321,7 +322,7 @@ class Subscription:
                 raise
             for pos in positions:
                 try:
-                    await self.cursor.delete([pos])
+                    await shielded(self.cursor.delete([pos]))
                 except asyncio.CancelledError:
                     raise
                 except Exception as one:
@@ -343,8 +344,8 @@ class Subscription:
             return
         self.replicated = replicated
         await self.drain_acks()
-        await self.cursor.mark_delete(self.cursor.mark_delete_position,
-                                      properties={REPLICATED_PROPERTY: 1 if replicated else 0})
+        await shielded(self.cursor.mark_delete(self.cursor.mark_delete_position,
+                                               properties={REPLICATED_PROPERTY: 1 if replicated else 0}))
 
     def _wake_dispatcher(self) -> None:
         if self.dispatcher is not None:
@@ -368,7 +369,7 @@ class Subscription:
         async with self._op_lock:
             self.disconnect_consumers()
             await self.drain_acks()
-            await self.cursor.reset(position)
+            await shielded(self.cursor.reset(position))
             self._queued_acks.clear()
             self._queued_md = None
             self.redelivery_counts.clear()
@@ -381,7 +382,7 @@ class Subscription:
         await self.drain_acks()
         if position <= self.cursor.mark_delete_position:
             return
-        await self.cursor.mark_delete(position, properties=self.cursor_properties())
+        await shielded(self.cursor.mark_delete(position, properties=self.cursor_properties()))
         for p in [p for p in self.redelivery_counts if p <= position]:
             del self.redelivery_counts[p]
         for p in [p for p in self.batch_acks if p <= position]:
@@ -412,7 +413,7 @@ class Subscription:
             await self._shutdown(flush=False)
             self.topic.forget_subscription(self)
             if self.durable:
-                await self.topic.ml.delete_cursor(self.name)
+                await shielded(self.topic.ml.delete_cursor(self.name))
 
     async def close(self) -> None:
         """Unload: disconnects consumers, applies queued acknowledgements, flushes the cursor."""
@@ -432,7 +433,7 @@ class Subscription:
             await asyncio.gather(self._ack_task, return_exceptions=True)
             self._ack_task = None
         if flush:
-            await self.cursor.flush()
+            await shielded(self.cursor.flush())
 
     # --------------------------------------------------------------------------------- stats
 

@@ -33,6 +33,7 @@ from .entries import entry_info, publish_time_of
 from .producer import AccessMode, Producer
 from .stats import RateMeter
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
+from .tasks import shielded
 
 if TYPE_CHECKING:
     from config_store.models import Policies
@@ -253,7 +254,7 @@ class Topic:
                 if sub is None:
                     initial = InitialPosition.EARLIEST if cmd.initialPosition == pb.CommandSubscribe.Earliest \
                         else InitialPosition.LATEST
-                    cursor = await self.ml.open_cursor(name, initial_position=initial)
+                    cursor = await shielded(self.ml.open_cursor(name, initial_position=initial))
                     props = getattr(cursor, "properties", None) or {}
                     sub = Subscription(self, name, cursor, durable=True,
                                        replicated=bool(props.get(REPLICATED_PROPERTY)))
@@ -323,7 +324,7 @@ class Topic:
             if name in self.subscriptions:
                 raise SubscriptionAlreadyExistsError(f"subscription {name!r} already exists on {self.name}")
             initial = InitialPosition.EARLIEST if position == "earliest" else InitialPosition.LATEST
-            cursor = await self.ml.open_cursor(name, initial_position=initial)
+            cursor = await shielded(self.ml.open_cursor(name, initial_position=initial))
             sub = Subscription(self, name, cursor, durable=True)
             self.subscriptions[name] = sub
             if isinstance(position, tuple):
@@ -452,9 +453,11 @@ class Topic:
         for r in results:
             if isinstance(r, Exception):
                 log.warning("[%s] closing a subscription failed: %s", self.name, r)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:  # let them finish (a cancelled cursor write can fence the cursor), within bounds
+            _done, pending = await asyncio.wait(list(self._tasks), timeout=10.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def delete(self, *, force: bool = False) -> None:
         """Deletes the topic's data. Without ``force`` refuses while producers or consumers are connected."""

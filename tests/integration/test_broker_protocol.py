@@ -240,3 +240,56 @@ def raw_keepalive_broker():
     b = BrokerThread(config=ServiceConfig(keep_alive_interval_s=0.3)).start()
     yield b
     b.stop()
+
+
+def test_ack_response_consumer_stats_and_topics_of_namespace(broker, raw, client):
+    topic = unique_topic("listed")
+    conn = raw()
+    name = make_producer(conn, topic)
+    conn.send_raw(send_frame(1, name, 0, b"payload"))
+    receipt = conn.recv_type(BaseCommand.SEND_RECEIPT).command.send_receipt
+    conn.send(pb.CommandSubscribe(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
+                                  consumer_id=1, request_id=2, initialPosition=pb.CommandSubscribe.Earliest))
+    conn.recv_type(BaseCommand.SUCCESS)
+    conn.send(pb.CommandFlow(consumer_id=1, messagePermits=10))
+    message = conn.recv_type(BaseCommand.MESSAGE)
+    assert message.command.message.message_id == receipt.message_id and message.payload == b"payload"
+    conn.send(pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, request_id=3,
+                            message_id=[message.command.message.message_id]))
+    r = conn.recv_type(BaseCommand.ACK_RESPONSE).command.ackResponse
+    assert r.request_id == 3 and not r.HasField("error")
+    conn.send(pb.CommandConsumerStats(request_id=4, consumer_id=1))
+    s = conn.recv_type(BaseCommand.CONSUMER_STATS_RESPONSE).command.consumerStatsResponse
+    assert s.request_id == 4 and s.type == "Exclusive" and s.msgBacklog == 0 and s.availablePermits == 9
+    conn.send(pb.CommandGetTopicsOfNamespace(request_id=5, namespace="public/default",
+                                             topics_pattern="persistent://public/default/listed-.*"))
+    t = conn.recv_type(BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE).command.getTopicsOfNamespaceResponse
+    assert list(t.topics) == [topic] and t.filtered
+    conn.send(pb.CommandGetLastMessageId(consumer_id=1, request_id=6))
+    last = conn.recv_type(BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE).command.getLastMessageIdResponse
+    assert (last.last_message_id.ledgerId, last.last_message_id.entryId) == \
+        (receipt.message_id.ledgerId, receipt.message_id.entryId)
+    still_serving(client)
+
+
+def test_closing_the_service_tells_clients_first(broker, raw):
+    topic = unique_topic()
+    conn = raw()
+    make_producer(conn, topic)
+    conn.send(pb.CommandSubscribe(topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=7,
+                                  request_id=2))
+    conn.recv_type(BaseCommand.SUCCESS)
+    broker.run(broker.service.close)
+    types = []
+    while (frame := conn.recv()) is not None:
+        types.append(frame.command.type)
+    assert BaseCommand.CLOSE_PRODUCER in types and BaseCommand.CLOSE_CONSUMER in types
+
+
+def test_replicated_subscription_flag_is_kept_in_cursor_properties(broker, client):
+    topic = unique_topic()
+    client.subscribe(topic, "geo", replicate_subscription_state_enabled=True)
+    stats = broker.stats(topic)["subscriptions"]["geo"]
+    assert stats["isReplicated"]
+    props = broker.call(lambda: broker.service.topics()[topic].subscriptions["geo"].cursor.properties)
+    assert props.get("pulsar.replicated.subscription") == 1

@@ -137,8 +137,14 @@ async def test_producer_and_consumer_survive_topic_unload_without_duplicates(bro
         await asyncio.wait_for(reader, 30)
         assert producer.reconnections >= 2 and consumer.reconnections >= 2
         assert producer.state is HandlerState.READY and consumer.state is HandlerState.READY
-    stored = [mid for mid in ids if mid.entry_id >= 0]
-    assert len(stored) == len(set(stored))
+        # What the topic holds: every message exactly once, in order (re-sent duplicates were dropped).
+        reader = await ours.create_reader(topic, MessageId.EARLIEST, receiver_queue_size=500)
+        stored = [(await reader.receive(timeout_s=10)).payload for _ in range(total)]
+        with pytest.raises(TimeoutError):
+            await reader.receive(timeout_s=0.5)
+    assert stored == [f"m-{i}".encode() for i in range(total)]
+    positions = [mid for mid in ids if mid.entry_id >= 0]
+    assert len(positions) == len(set(positions))
     # Every message was delivered; a redelivery after a reconnection may repeat some, never reorder a first
     # delivery, and deduplication stored each sequence id once.
     first_seen = list(dict.fromkeys(received))

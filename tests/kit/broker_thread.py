@@ -69,6 +69,7 @@ class BrokerThread:
         self.ownership: Optional[SelfOwnership] = None
         self.storage = "memory"
         self.bookies: list = []
+        self.crashed = False
 
     # --------------------------------------------------------------------------------- lifecycle
 
@@ -80,8 +81,9 @@ class BrokerThread:
             asyncio.set_event_loop(self.loop)
             self.loop.call_soon(ready.set)
             self.loop.run_forever()
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+            if not self.crashed:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.close()
 
         self._thread = threading.Thread(target=main, name="broker-loop", daemon=True)
         self._thread.start()
@@ -155,6 +157,20 @@ class BrokerThread:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    def crash(self, *, timeout_s: float = 10.0) -> None:
+        """A broker crash as clients and storage see it: every socket closes at once and the loop stops where
+        it is. Nothing is flushed, unloaded or closed (pending cursor writes and snapshots are lost)."""
+        self.crashed = True
+
+        def cut() -> None:
+            self.service._server.stop_accepting()
+            for conn in list(self.service.connections):
+                conn._transport.abort()
+            self.loop.stop()
+        self.loop.call_soon_threadsafe(cut)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
     def __enter__(self) -> "BrokerThread":
         return self.start()
 
@@ -221,10 +237,12 @@ def unique_topic(prefix: str = "t", namespace: str = "public/default") -> str:
     return f"persistent://{namespace}/{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, **ml_config: Any) -> dict[str, Any]:
-    """BrokerThread keyword arguments for real storage: ``bookies`` bookie processes, a ZooKeeper session
-    for the ledger client and managed ledgers, another one for the configuration store (as a broker
-    process holds them), all closed when the BrokerThread stops."""
+def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, start: bool = True,
+                 **ml_config: Any) -> dict[str, Any]:
+    """BrokerThread keyword arguments for real storage: ``bookies`` bookie processes (started here unless
+    ``start`` is False: then they must be running already), a ZooKeeper session for the ledger client and
+    managed ledgers, another one for the configuration store (as a broker process holds them), all closed
+    when the BrokerThread stops. ``held`` in the result gives the test those sessions (to crash them)."""
     from bookie.client import LedgerClient, LedgerClientConfig
     from broker.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
     from config_store import KazooMetadataStore, RegionStore
@@ -232,7 +250,7 @@ def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, **ml_config: An
     from .bookies import start_bookies
     from .wait import wait_for_async
 
-    started = start_bookies(bookies, tmp_path, zk_connect)
+    started = start_bookies(bookies, tmp_path, zk_connect) if start else []
     held: dict[str, Any] = {}
     config = ManagedLedgerConfig(**{"ensemble_size": min(3, bookies), "write_quorum_size": min(2, bookies),
                                     "ack_quorum_size": min(2, bookies), "cursor_persist_interval_ms": 100,
@@ -259,7 +277,7 @@ def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, **ml_config: An
                 await held.pop(key).close()
 
     return {"ml_factory_builder": ml_factory, "config_store_builder": config_store, "closers": (close,),
-            "bookies": started}
+            "bookies": started, "held": held}
 
 
 def _storages() -> list[str]:
@@ -289,6 +307,7 @@ def broker(request, storage):
             before.add(zk_server.process)
         extra = real_storage(request.getfixturevalue("tmp_path"), request.getfixturevalue("zk_connect"))
         bookies = extra.pop("bookies")
+        extra.pop("held")
         kwargs.update(extra)
     b = BrokerThread(**kwargs).start()
     b.storage = storage

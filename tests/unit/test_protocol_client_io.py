@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
+import ssl
+import subprocess
 from dataclasses import dataclass, field
 
 import pytest
@@ -19,6 +22,7 @@ from magnetar.protocol import (
     FrameDecoder,
     MessageId,
     encode_command,
+    encode_entry,
     encode_message_frame_from_entry,
     join_batch,
     pb,
@@ -42,7 +46,6 @@ from magnetar.protocol.client import (
     TopicNotFoundError,
     message_metadata,
 )
-from magnetar.protocol.client.commands import encode_send_raw
 
 T = pb.BaseCommand
 TOPIC = "persistent://public/default/t"
@@ -122,6 +125,7 @@ class FakeBroker:
         self.port = 0
         self.conns: set[FakeConn] = set()
         self.commands: list[int] = []
+        self.connects: list[pb.CommandConnect] = []
         self.topics: dict[str, list[StoredEntry]] = {}
         self.subs: dict[tuple[str, str], FakeSub] = {}
         self.consumers: list[FakeConsumer] = []
@@ -142,14 +146,18 @@ class FakeBroker:
         self.partitions: dict[str, int] = {}
         self.connect_error: int | None = None
         self.max_message_size = 5 * 1024 * 1024
+        self.proxied_broker_url: str | None = None  # answer lookups as a proxy: proxy_through_service_url
         self.tasks: set[asyncio.Task] = set()
+        self.scheme = "pulsar"
 
     @property
     def url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
-    async def start(self) -> "FakeBroker":
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, *, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> "FakeBroker":
+        if ssl_context is not None:
+            self.scheme = "pulsar+ssl"
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", port, ssl=ssl_context)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -212,6 +220,7 @@ class FakeBroker:
         t = cmd.type
         if t == T.CONNECT:
             conn.connect = cmd.connect
+            self.connects.append(cmd.connect)
             if self.connect_error is not None:
                 conn.send(wrap(pb.CommandError(request_id=0, error=self.connect_error, message="no")))
                 return
@@ -227,11 +236,16 @@ class FakeBroker:
             if self.lookup_error is not None:
                 conn.send(wrap(pb.CommandLookupTopicResponse(request_id=rid, response=2, error=self.lookup_error,
                                                              message="lookup failed")))
+            elif self.proxied_broker_url:
+                conn.send(wrap(pb.CommandLookupTopicResponse(request_id=rid, response=1, proxy_through_service_url=True,
+                                                             brokerServiceUrl=self.proxied_broker_url,
+                                                             brokerServiceUrlTls=self.proxied_broker_url)))
             elif self.redirect_to and not cmd.lookupTopic.authoritative:
                 conn.send(wrap(pb.CommandLookupTopicResponse(request_id=rid, response=0, authoritative=True,
                                                              brokerServiceUrl=self.redirect_to)))
             else:
-                conn.send(wrap(pb.CommandLookupTopicResponse(request_id=rid, response=1, brokerServiceUrl=self.url)))
+                conn.send(wrap(pb.CommandLookupTopicResponse(request_id=rid, response=1, brokerServiceUrl=self.url,
+                                                             brokerServiceUrlTls=self.url)))
         elif t == T.PARTITIONED_METADATA:
             body = cmd.partitionMetadata
             conn.send(wrap(pb.CommandPartitionedTopicMetadataResponse(
@@ -398,6 +412,38 @@ async def test_connect_refused_and_connect_error_are_typed(fake):
     assert info.value.retriable
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test certificate")
+async def test_tls_connection_with_a_trusted_certificate(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    broker = await FakeBroker().start(ssl_context=server_ctx)
+    try:
+        assert broker.url.startswith("pulsar+ssl://")
+        with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await Connection(broker.url, connect_timeout_s=5).start()  # the system CAs do not know it
+        trusting = ssl.create_default_context(cafile=str(cert))
+        async with fast_client(broker.url, ssl_context=trusting, auth=Auth.token(lambda: "fresh")) as client:
+            producer = await client.create_producer(TOPIC)
+            assert (await producer.send_and_wait(b"secret")) == MessageId(1, 0)
+        assert [c.auth_data for c in broker.connects] == [b"fresh"]  # one connection, token from the callable
+    finally:
+        await broker.close()
+
+
+async def test_lookup_through_a_proxy_names_the_broker_in_connect(fake):
+    fake.proxied_broker_url = "pulsar://broker-7.internal:6650"
+    async with fast_client(fake.url) as client:
+        producer = await client.create_producer(TOPIC)
+        await producer.send_and_wait(b"via proxy")
+        conn = producer.connection
+        assert str(conn.logical_url) == "pulsar://broker-7.internal:6650" and conn.url.hosts[0][1] == fake.port
+        assert sorted(c.connect.proxy_to_broker_url for c in fake.conns) == ["", "broker-7.internal:6650"]
+
+
 async def test_requests_are_correlated_and_errors_mapped(fake):
     conn = await Connection(fake.url).start()
     answers = await asyncio.gather(*(conn.request(pb.CommandLookupTopic(topic=f"{TOPIC}-{i}")) for i in range(20)))
@@ -536,8 +582,6 @@ async def test_send_entry_keeps_metadata_as_given(fake):
 async def test_send_raw_entry_sends_bytes_unchanged_and_checksum_errors_fail_one_send(fake):
     async with fast_client(fake.url) as client:
         producer = await client.create_producer(TOPIC)
-        from magnetar.protocol import encode_entry
-
         good = encode_entry(message_metadata(producer_name=producer.producer_name, sequence_id=1), b"ok")
         corrupt = bytearray(good)
         corrupt[-1] ^= 0xFF
@@ -670,6 +714,22 @@ async def test_producer_close_flushes_and_is_idempotent(fake):
         assert T.CLOSE_PRODUCER in fake.commands
         with pytest.raises(AlreadyClosedError):
             await producer.send(b"y")
+
+
+async def test_create_producer_waits_for_a_broker_that_is_starting():
+    from magnetar.net import free_port
+
+    port = free_port()
+    async with fast_client(f"pulsar://127.0.0.1:{port}") as client:
+        creating = asyncio.ensure_future(client.create_producer(TOPIC))
+        await asyncio.sleep(0.3)
+        assert not creating.done()
+        broker = await FakeBroker().start(port=port)
+        try:
+            producer = await asyncio.wait_for(creating, 5)
+            assert (await producer.send_and_wait(b"late")) == MessageId(1, 0)
+        finally:
+            await broker.close()
 
 
 async def test_initial_create_retries_retriable_then_raises_final(fake):
@@ -813,8 +873,6 @@ async def test_corrupt_message_is_discarded_with_validation_error(fake):
         producer_id = 99
         conn.send_command(wrap(pb.CommandProducer(topic=TOPIC, producer_id=producer_id, request_id=12345)))
         await eventually(lambda: fake.commands.count(T.PRODUCER) == 1, what="raw producer")
-        from magnetar.protocol import encode_entry
-
         entry = bytearray(encode_entry(message_metadata(producer_name="x", sequence_id=0), b"hello"))
         fake_conn = next(iter(fake.conns))
         fake.topics.setdefault(TOPIC, []).append(StoredEntry(pb.MessageMetadata(), bytes(entry[:-1]) + b"!", 1))
@@ -823,7 +881,6 @@ async def test_corrupt_message_is_discarded_with_validation_error(fake):
         assert fake.acks[0].validation_error == pb.CommandAck.ChecksumMismatch
         assert consumer.discarded_messages == 1 and consumer.queued == 0
         assert fake_conn in fake.conns  # the connection survives
-        assert encode_send_raw  # (imported for the raw-send test above)
 
 
 async def test_client_close_closes_everything(fake):

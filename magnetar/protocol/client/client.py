@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 import ssl
+import time
 from collections.abc import Mapping
 
 from magnetar.protocol import MessageId
@@ -16,7 +17,7 @@ from .backoff import Backoff
 from .commands import CLIENT_VERSION
 from .connection import Auth
 from .consumer import Consumer, InitialPosition, SubscriptionType
-from .errors import AlreadyClosedError, NotAllowedError
+from .errors import AlreadyClosedError, ClientError, NotAllowedError
 from .lookup import ConnectionPool, LookupResult, LookupService
 from .producer import AccessMode, Producer
 from .urls import parse_service_url
@@ -111,9 +112,23 @@ class Client:
         return await self.lookup_service.lookup(str(TopicName.parse(topic)))
 
     async def get_partitions(self, topic: str) -> int:
-        """The number of partitions of ``topic`` (0 when it is not partitioned)."""
+        """The number of partitions of ``topic`` (0 when it is not partitioned).
+
+        Retriable failures (no broker reachable yet...) are retried with backoff for ``operation_timeout_s``.
+        """
         self._check_open()
-        return await self.lookup_service.partitioned_metadata(str(TopicName.parse(topic)))
+        name = str(TopicName.parse(topic))
+        backoff = self._backoff()
+        deadline = time.monotonic() + self.operation_timeout_s
+        while True:
+            try:
+                return await self.lookup_service.partitioned_metadata(name)
+            except ClientError as exc:
+                delay = backoff.next_delay_s()
+                if not exc.retriable or self._closed or time.monotonic() + delay > deadline:
+                    raise
+                log.info("partitioned metadata of %s: %s; retrying in %.2f s", name, exc, delay)
+                await asyncio.sleep(delay)
 
     async def get_partitioned_topic_names(self, topic: str) -> list[str]:
         """The partitions' names, or ``[topic]`` when it is not partitioned."""
@@ -146,7 +161,7 @@ class Client:
         self._check_open()
         name = TopicName.parse(topic)
         if not name.is_partition:
-            partitions = await self.lookup_service.partitioned_metadata(str(name))
+            partitions = await self.get_partitions(str(name))
             if partitions:
                 raise NotAllowedError(
                     f"{name} has {partitions} partitions: create one producer per partition "
@@ -200,7 +215,7 @@ class Client:
         self._check_open()
         name = TopicName.parse(topic)
         if not name.is_partition:
-            partitions = await self.lookup_service.partitioned_metadata(str(name))
+            partitions = await self.get_partitions(str(name))
             if partitions:
                 raise NotAllowedError(
                     f"{name} has {partitions} partitions: subscribe to each partition ({name.partition_name(0)} ...)"

@@ -233,6 +233,9 @@ class Connection:
             if self.state is ConnectionState.READY:
                 return self
             if self.state is ConnectionState.CLOSED:
+                # A caller that queued behind a failed attempt gets that attempt's error (retriable or not).
+                if isinstance(self.close_reason, ClientError):
+                    raise self.close_reason
                 raise AlreadyClosedError(f"connection to {self.logical_url} is closed") from self.close_reason
             self.state = ConnectionState.CONNECTING
             try:

@@ -1,0 +1,29 @@
+"""Small asyncio helpers shared by the service's modules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, TypeVar
+
+log = logging.getLogger("broker.service")
+
+T = TypeVar("T")
+
+
+async def shielded(aw: Awaitable[T]) -> T:
+    """Awaits ``aw`` so that cancelling the caller does not cut it short.
+
+    Used for storage writes (cursor persists, cursor creation and deletion): a compare-and-set write
+    interrupted by a cancellation may still land in ZooKeeper while the writer never learns the new
+    version, and its next write would then fence the cursor. If the caller is cancelled the write runs on
+    and its outcome is only logged.
+    """
+    task = asyncio.ensure_future(aw)
+
+    def retrieve(t: asyncio.Future) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.debug("a shielded storage write failed after its caller left: %s", t.exception())
+
+    task.add_done_callback(retrieve)
+    return await asyncio.shield(task)
