@@ -32,6 +32,7 @@ class ServiceConfig:
         subscription_ack_flush_interval_s: cursor state is flushed at least this often by the service
             (the managed ledger may persist more often).
         require_namespace: refuse topics whose namespace is absent from the configuration store.
+        deduplication_enabled: the broker-wide default for namespaces whose policy leaves it unset.
         server_version: announced in CONNECTED.
     """
 
@@ -50,4 +51,5 @@ class ServiceConfig:
     stats_update_interval_s: float = 10.0
     subscription_ack_flush_interval_s: float = 1.0
     require_namespace: bool = True
+    deduplication_enabled: bool = False
     server_version: str = "Magnetar 0.1"

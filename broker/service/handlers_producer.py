@@ -46,6 +46,9 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
         if cmd.txn_enabled:
             raise NotAllowedError("transactions are not supported by this broker")
         topic = await conn.service.get_topic(str(topic_name), create=True)
+        if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
+            # e.g. a dead-letter producer: its subscription must exist before the first message lands
+            await topic.ensure_subscription(cmd.initial_subscription_name)
         given = cmd.producer_name if cmd.HasField("producer_name") else ""
         name = given or conn.service.generate_producer_name()
         user_provided = cmd.user_provided_producer_name if cmd.HasField("user_provided_producer_name") else bool(given)

@@ -170,6 +170,8 @@ class BrokerService:
             if unloading is not None:
                 await asyncio.shield(unloading)
                 continue
+            if topic is not None:  # closing or being deleted by someone else: the client retries
+                raise ServiceNotReadyError(f"topic {key} is {topic.state.value}")
             loading = self._loading.get(key)
             if loading is not None:
                 topic = await asyncio.shield(loading)
@@ -264,10 +266,12 @@ class BrokerService:
         topic = await self.get_topic(name, create=False)
         if topic is None:
             raise TopicNotFoundError(f"topic {parse_topic(name)} does not exist")
-        await topic.delete(force=force)
         key = topic.name
-        if self._topics.get(key) is topic:
-            del self._topics[key]
+        try:
+            await topic.delete(force=force)
+        finally:
+            if self._topics.get(key) is topic and topic.state is not TopicState.ACTIVE:
+                del self._topics[key]
         log.info("[%s] deleted", key)
 
     # --------------------------------------------------------------------------------- lookups

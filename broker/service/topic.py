@@ -105,7 +105,10 @@ class Topic:
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         async with self._policy_lock:
             self.policies = policies
-            if policies is not None and policies.deduplication_enabled:
+            dedup = policies.deduplication_enabled if policies is not None else None
+            if dedup is None:
+                dedup = self.config.deduplication_enabled
+            if dedup:
                 await self.dedup.enable()
             else:
                 await self.dedup.disable()
@@ -131,7 +134,7 @@ class Topic:
         if producer.topic_epoch is not None and self.topic_epoch is not None and \
                 producer.topic_epoch < self.topic_epoch:
             raise ProducerFencedError(f"topic epoch {producer.topic_epoch} of producer {producer.name!r} is older "
-                                      f"than the topic's {self.topic_epoch}: it was fenced by a newer exclusive producer")
+                                      f"than the topic's {self.topic_epoch}: a newer exclusive producer fenced it")
         mode = producer.access_mode
         others = [p for p in self.producers.values() if p is not producer]
         holder = next((p for p in others if p.exclusive), None)
@@ -249,7 +252,11 @@ class Topic:
             self.check_active()
             sub = self.subscriptions.get(name)
             if sub is not None and sub.closed:
-                sub = None
+                async with sub._op_lock:  # an unsubscribe in progress: let it delete the cursor first
+                    pass
+                sub = self.subscriptions.get(name)
+                if sub is not None and sub.closed:
+                    raise ServiceNotReadyError(f"subscription {name!r} on {self.name} is closing")
             if cmd.durable:
                 if sub is None:
                     initial = InitialPosition.EARLIEST if cmd.initialPosition == pb.CommandSubscribe.Earliest \
@@ -282,6 +289,9 @@ class Topic:
                                 consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
                                 max_unacked_messages=self.config.max_unacked_messages_per_consumer)
             await sub.add_consumer(consumer)
+            if self.state is not TopicState.ACTIVE:  # unloaded meanwhile: its consumers were already told
+                sub.remove_consumer(consumer)
+                raise ServiceNotReadyError(f"topic {self.name} is {self.state.value}")
             return consumer
 
     def before_first(self) -> Position:
@@ -310,7 +320,10 @@ class Topic:
     def forget_subscription(self, sub: Subscription) -> None:
         if self.subscriptions.get(sub.name) is sub:
             del self.subscriptions[sub.name]
-            self._removed_msg_out += sub.stats()["msgOutCounter"] if sub.durable else 0
+            lock = self._sub_locks.get(sub.name)
+            if lock is not None and not lock.locked():
+                del self._sub_locks[sub.name]
+            self._removed_msg_out += sub._removed_msg_out + sum(c.msg_out.total for c in sub.consumers)
 
     def _subscription(self, name: str) -> Subscription:
         return ensure_found(self.subscriptions.get(name), name, self.name)
@@ -330,6 +343,17 @@ class Topic:
             if isinstance(position, tuple):
                 await sub.reset(Position(*position))
             return sub
+
+    async def ensure_subscription(self, name: str) -> Subscription:
+        """The durable subscription ``name``, created at the earliest position if missing (a producer's
+        ``initial_subscription_name``, as Pulsar does)."""
+        sub = self.subscriptions.get(name)
+        if sub is not None and not sub.closed:
+            return sub
+        try:
+            return await self.create_subscription(name, "earliest")
+        except SubscriptionAlreadyExistsError:
+            return self.subscriptions[name]
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         await self._subscription(name).delete(force=force)

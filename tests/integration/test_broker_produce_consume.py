@@ -11,6 +11,7 @@ import threading
 import pulsar
 import pytest
 
+from broker.service import ServiceConfig
 from tests.kit.broker_thread import broker, client, new_client, storage, unique_topic  # noqa: F401 (fixtures)
 from tests.kit.wait import wait_for
 
@@ -73,8 +74,7 @@ def test_round_trip_batched_and_compressed(broker, client, compression):
     assert stats["publishers"][0]["producerName"] == producer.producer_name()
 
 
-@pytest.mark.parametrize("broker", [{"config": __import__("broker.service", fromlist=["ServiceConfig"])
-                                     .ServiceConfig(max_message_size_bytes=64 * 1024)}], indirect=True)
+@pytest.mark.parametrize("broker", [{"config": ServiceConfig(max_message_size_bytes=64 * 1024)}], indirect=True)
 def test_large_messages_are_chunked_by_the_client(broker, client):
     topic = unique_topic()
     consumer = client.subscribe(topic, "s")

@@ -88,7 +88,9 @@ def test_dead_letter_topic_after_max_redeliveries(broker, new_client):
         if m.redelivery_count() >= 2:
             break
     assert counts == [0, 1, 2]
-    dlq_consumer = c.subscribe(dlq, "dlq-sub", initial_position=pulsar.InitialPosition.Earliest)
+    wait_for(lambda: broker.stats(dlq)["subscriptions"]["dlq-sub"]["msgBacklog"] == 1, 10,
+             what="the dead-letter producer created its subscription and stored the message")
+    dlq_consumer = c.subscribe(dlq, "dlq-sub")
     dead = dlq_consumer.receive(RECEIVE_MS)
     assert dead.data() == b"poison" and dead.properties()["p"] == "1"
     dlq_consumer.acknowledge(dead)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import grpc
 
+from clusters.kinds import dumps_toml as _dumps_toml
 from magnetar.net import free_port
 from magnetar.proto import bookie_pb2, bookie_pb2_grpc
 
@@ -27,16 +28,8 @@ _TEST_DEFAULTS: dict[str, Any] = {"disk_free_min_bytes": 0, "disk_free_resume_by
 
 
 def dumps_toml(values: dict[str, Any]) -> str:
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text = repr(value)
-        else:
-            text = json.dumps(str(value))  # a JSON string is a valid TOML basic string
-        lines.append(f"{key} = {text}")
-    return "\n".join(lines) + "\n"
+    """The supervisor's TOML writer, with paths written as strings."""
+    return _dumps_toml({k: str(v) if isinstance(v, pathlib.PurePath) else v for k, v in values.items()})
 
 
 class BookieProcess:

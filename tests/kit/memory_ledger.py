@@ -250,7 +250,8 @@ class MemoryManagedLedger(ManagedLedger):
         return await self.add_entry_nowait(data)
 
     # -- cursors --------------------------------------------------------------------------------------
-    async def open_cursor(self, name: str, *, initial_position: InitialPosition = InitialPosition.LATEST) -> ManagedCursor:
+    async def open_cursor(self, name: str, *,
+                          initial_position: InitialPosition = InitialPosition.LATEST) -> ManagedCursor:
         cursor = self._cursors.get(name)
         if cursor is None:
             saved = self._factory._saved_cursors.get((self.name, name))

@@ -10,9 +10,10 @@ import pytest
 
 from broker.service import BrokerService, ServiceConfig
 from broker.service.errors import ConsumerAssignError, ConsumerBusyError
-from broker.service.handlers import HANDLERS
-from broker.service.connection import ConnectionState
 from broker.ownership_api import SelfOwnership
+from broker.service.connection import ConnectionState
+from broker.service.handlers import HANDLERS
+from broker.service.key_shared import key_hash
 from magnetar.protocol import FrameDecoder, encode_entry, pb
 from tests.kit.memory_ledger import MemoryManagedLedgerFactory
 from tests.kit.wait import wait_for_async
@@ -84,8 +85,9 @@ class FakeConnection:
 
 @pytest.fixture
 async def service():
-    svc = BrokerService(config=ServiceConfig(dispatcher_max_round_robin_batch=5), ml_factory=MemoryManagedLedgerFactory(),
-                        configuration_store=None, ownership=SelfOwnership("pulsar://x:1"), cluster_name="unit")
+    svc = BrokerService(config=ServiceConfig(dispatcher_max_round_robin_batch=5),
+                        ml_factory=MemoryManagedLedgerFactory(), configuration_store=None,
+                        ownership=SelfOwnership("pulsar://x:1"), cluster_name="unit")
     yield svc
     for topic in list(svc._topics.values()):
         await topic.close()
@@ -210,9 +212,7 @@ async def test_key_shared_recently_joined_consumer_waits_for_older_acks(service)
     assert c2.join_position is not None
     await publish(topic, *[entry(i, key=f"k{i % 10}") for i in range(20, 40)])
     dispatcher = topic.subscriptions["s"].dispatcher
-    moved_keys = {f"k{i}" for i in range(10)
-                  if dispatcher.selector.select(__import__("broker.service.key_shared", fromlist=["x"])
-                                                .key_hash(f"k{i}".encode())) is c2}
+    moved_keys = {f"k{i}" for i in range(10) if dispatcher.selector.select(key_hash(f"k{i}".encode())) is c2}
     assert moved_keys, "the second consumer owns some keys"
     await wait_for_async(lambda: len(first.messages()) == 20 + 20 - sum(
         2 for k in moved_keys), 5, what="keys staying with the first consumer flow on")
