@@ -154,7 +154,12 @@ def map_error(exc: BaseException) -> BrokerServiceError:
         from config_store.errors import MetadataError as StoreMetadataError, NotFoundError
     except ImportError:  # pragma: no cover
         StoreMetadataError = NotFoundError = ()  # type: ignore[assignment]
-    if isinstance(exc, ManagedLedgerError):
+    if isinstance(getattr(exc, "server_error", None), int):  # another room's error naming its protocol code
+        mapped = BrokerServiceError(text)
+        mapped.server_error = exc.server_error
+        mapped.http_status = getattr(exc, "http_status", 500)
+        mapped.retriable = bool(getattr(exc, "retriable", False))
+    elif isinstance(exc, ManagedLedgerError):
         if "Fenced" in name or "Closed" in name:
             mapped = ServiceNotReadyError(f"topic storage is being handed over: {text}")
         elif "NotFound" in name:

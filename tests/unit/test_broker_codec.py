@@ -125,3 +125,21 @@ def test_sticky_selector_ranges():
     assert (sel.select(150), sel.select(250), sel.select(400)) == ("b", "a", None)
     sel.remove("a")
     assert sel.select(250) is None and sel.ranges("b") == [(101, 199)]
+
+
+def test_foreign_errors_keep_their_protocol_code():
+    from broker.service.errors import PersistenceError, ServiceNotReadyError, map_error
+    from magnetar.errors import MagnetarError
+
+    class Elsewhere(MagnetarError):
+        server_error = pb.ServiceNotReady
+        http_status = 503
+        retriable = True
+
+    mapped = map_error(Elsewhere("bundle being unloaded"))
+    assert (mapped.server_error, mapped.http_status, mapped.retriable) == (pb.ServiceNotReady, 503, True)
+    assert isinstance(map_error(TimeoutError("slow")), ServiceNotReadyError)
+    from broker.managed_ledger.errors import ManagedLedgerFencedError, ManagedLedgerWriteError
+    assert isinstance(map_error(ManagedLedgerFencedError("x")), ServiceNotReadyError)
+    assert isinstance(map_error(ManagedLedgerWriteError("x")), PersistenceError)
+    assert map_error(ValueError("bug")).server_error == pb.UnknownError
