@@ -64,6 +64,7 @@ class ManagedCursorImpl(ManagedCursor):
         self._persisted_seq = 0
         self._last_persist_s = 0.0
         self._persist_lock = asyncio.Lock()
+        self._inflight_write: "asyncio.Future[int] | None" = None
         self._read_lock = asyncio.Lock()
         self.state = CursorState.OPEN
         self.messages_consumed = 0
@@ -311,11 +312,20 @@ class ManagedCursorImpl(ManagedCursor):
                 await self._write_locked(raise_unavailable=True)
 
     async def _write_locked(self, *, raise_unavailable: bool) -> None:
+        # A write whose caller was cancelled may still be in flight: its new version must be known before
+        # the next compare-and-set, or this cursor would fence itself.
+        previous = self._inflight_write
+        if previous is not None and not previous.done():
+            await asyncio.wait({previous})
         seq, info = self._seq, self.snapshot()
         self._last_persist_s = time.monotonic()
+        write = asyncio.ensure_future(
+            self._ml._store.write_cursor(self._ml.name, self.name, info, expected_version=self._version)
+        )
+        self._inflight_write = write
+        write.add_done_callback(lambda task, seq=seq: self._adopt_write(task, seq))
         try:
-            self._version = await self._ml._store.write_cursor(self._ml.name, self.name, info,
-                                                               expected_version=self._version)
+            await asyncio.shield(write)
         except (BadVersionError, NotFoundError) as e:
             self.state = CursorState.FENCED
             error = ManagedLedgerFencedError(
@@ -329,6 +339,13 @@ class ManagedCursorImpl(ManagedCursor):
             if raise_unavailable:
                 raise ManagedLedgerMetadataError(f"[{self._ml.name}][{self.name}] could not persist: {e}") from e
             return
+        self._adopt_write(write, seq)  # idempotent with the done-callback; explicit for the normal path
+
+    def _adopt_write(self, task: "asyncio.Future[int]", seq: int) -> None:
+        """Records a finished cursor write's new version, even when whoever awaited it was cancelled."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._version = task.result()
         self._persisted_seq = max(self._persisted_seq, seq)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
