@@ -52,6 +52,38 @@ def test_partitioned_topic_round_trip(broker, client):
     assert {f"{topic}-partition-{i}" for i in range(3)} <= set(names)
 
 
+@pytest.mark.parametrize("mode", ["round_robin", "single", "custom"])
+def test_partitioned_topic_routing_modes(broker, client, mode):
+    """Each of pulsar-client's routing modes lands messages where it says, and nothing is lost."""
+    name = f"routed-{mode}-{time.monotonic_ns() % 100000}"
+    broker.run(broker.config_store.create_partitioned_topic, "public", "default", "persistent", name, 3)
+    topic = f"persistent://public/default/{name}"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    options = {"batching_enabled": False}
+    if mode == "round_robin":
+        options["message_routing_mode"] = pulsar.PartitionsRoutingMode.RoundRobinDistribution
+    elif mode == "single":
+        options["message_routing_mode"] = pulsar.PartitionsRoutingMode.UseSinglePartition
+    else:
+        options["message_router"] = lambda msg, num_partitions: int(msg.properties()["to"]) % num_partitions
+    producer = client.create_producer(topic, **options)
+    for i in range(30):
+        producer.send(f"m{i}".encode(), properties={"to": str(i % 2)})
+    partition_of: dict[int, str] = {}
+    for _ in range(30):
+        msg = consumer.receive(RECEIVE_MS)
+        partition_of[int(msg.data()[1:])] = msg.topic_name().rsplit("-partition-", 1)[1]
+        consumer.acknowledge(msg)
+    assert sorted(partition_of) == list(range(30))
+    used = set(partition_of.values())
+    if mode == "round_robin":
+        assert used == {"0", "1", "2"}
+    elif mode == "single":
+        assert len(used) == 1
+    else:
+        assert all(partition_of[i] == str(i % 2) for i in range(30))
+
+
 def test_unload_moves_clients_without_losing_messages(broker, client):
     topic = unique_topic()
     consumer = client.subscribe(topic, "s")
