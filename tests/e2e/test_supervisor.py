@@ -265,7 +265,6 @@ def test_startup_failure_stops_what_started_and_shows_why(tmp_path: pathlib.Path
         assert magnetar("status", "--data-dir", str(ddir.root)).returncode == 3
 
 
-@pytest.mark.skipif(not BOOKIES_EXIST, reason="bookie.server is not written yet")
 def test_a_process_that_dies_at_startup_fails_up_with_its_log_tail(tmp_path: pathlib.Path, deployment) -> None:
     _, ddir = deployment
     topology = tmp_path / "bad-bookie.toml"

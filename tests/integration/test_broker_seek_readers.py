@@ -68,9 +68,10 @@ def test_seek_by_publish_time(broker, client):
     topic = unique_topic()
     consumer = client.subscribe(topic, "s")
     publish(client, topic, 3, prefix="old")
-    time.sleep(0.05)  # publish times are in ms: make the boundary unambiguous (not a settle wait)
-    boundary_ms = int(time.time() * 1000)
-    time.sleep(0.05)
+    # Publish times are in ms: the boundary must be a millisecond after the old ones and before the new ones.
+    last_old_ms = int(time.time() * 1000)
+    boundary_ms = wait_for(lambda: (now := int(time.time() * 1000)) > last_old_ms and now, 5, what="a later ms")
+    wait_for(lambda: int(time.time() * 1000) > boundary_ms, 5, what="a ms after the boundary")
     publish(client, topic, 3, prefix="new")
     for _ in range(6):
         consumer.acknowledge(consumer.receive(RECEIVE_MS))
