@@ -428,6 +428,109 @@ def topics_subscriptions(topic: str, url: Optional[str] = UrlOpt, data_dir: Opti
     _emit(_call(url, data_dir, "GET", f"/admin/v2/{name.rest_path}/subscriptions"), as_json, column="subscription")
 
 
+_LATEST_ID = 2**63 - 1  # pulsar-admin sends MessageId.latest as (Long.MAX_VALUE, Long.MAX_VALUE)
+
+
+def _message_id_body(text: str) -> dict[str, int]:
+    """``earliest``, ``latest`` or ``LEDGER:ENTRY`` as the MessageId JSON the REST API takes."""
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    if text == "latest":
+        return {"ledgerId": _LATEST_ID, "entryId": _LATEST_ID}
+    try:
+        ledger, entry = (int(x) for x in text.split(":"))
+    except ValueError:
+        typer.secho(f"error: expected earliest, latest or LEDGER:ENTRY, got {text!r}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    return {"ledgerId": ledger, "entryId": entry}
+
+
+def _sub_path(topic: str, subscription: str) -> tuple[TopicName, str]:
+    name = _topic(topic)
+    return name, f"/admin/v2/{name.rest_path}/subscription/{_seg(subscription)}"
+
+
+@topics_app.command("create-subscription")
+def topics_create_subscription(
+    topic: str, subscription: str,
+    position: str = typer.Option("latest", "--position", help="earliest, latest or LEDGER:ENTRY."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Create a durable subscription at a position."""
+    name, path = _sub_path(topic, subscription)
+    _call(url, data_dir, "PUT", path, _message_id_body(position))
+    _done(f"created subscription {subscription} on {name}")
+
+
+@topics_app.command("delete-subscription")
+def topics_delete_subscription(
+    topic: str, subscription: str,
+    force: bool = typer.Option(False, "--force", help="Disconnect its consumers first."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Delete a subscription (refused while it has consumers, unless --force)."""
+    name, path = _sub_path(topic, subscription)
+    _call(url, data_dir, "DELETE", path + ("?force=true" if force else ""))
+    _done(f"deleted subscription {subscription} on {name}")
+
+
+@topics_app.command("reset-cursor")
+def topics_reset_cursor(
+    topic: str, subscription: str,
+    timestamp_ms: Optional[int] = typer.Option(None, "--timestamp-ms", help="Publish time to reset to (epoch ms)."),
+    message_id: Optional[str] = typer.Option(None, "--message-id", help="earliest, latest or LEDGER:ENTRY."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Move a subscription to a publish time or a message id (exactly one of the two)."""
+    if (timestamp_ms is None) == (message_id is None):
+        typer.secho("error: give exactly one of --timestamp-ms and --message-id", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    name, path = _sub_path(topic, subscription)
+    if timestamp_ms is not None:
+        _call(url, data_dir, "POST", f"{path}/resetcursor/{timestamp_ms}")
+    else:
+        _call(url, data_dir, "POST", f"{path}/resetcursor", _message_id_body(message_id))
+    _done(f"reset subscription {subscription} on {name}")
+
+
+@topics_app.command("skip")
+def topics_skip(
+    topic: str, subscription: str, count: int = typer.Argument(..., min=1, help="Messages to skip."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Skip (acknowledge) the next COUNT messages of a subscription."""
+    name, path = _sub_path(topic, subscription)
+    _call(url, data_dir, "POST", f"{path}/skip/{count}")
+    _done(f"skipped {count} on {subscription} of {name}")
+
+
+@topics_app.command("expire")
+def topics_expire(
+    topic: str, subscription: str, seconds: int = typer.Argument(..., min=0, help="Expire messages older than this."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Acknowledge every message of a subscription published more than SECONDS ago."""
+    name, path = _sub_path(topic, subscription)
+    _call(url, data_dir, "POST", f"{path}/expireMessages/{seconds}")
+    _done(f"expired messages older than {seconds} s on {subscription} of {name}")
+
+
+@topics_app.command("terminate")
+def topics_terminate(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+                     as_json: bool = JsonOpt) -> None:
+    """Terminate a topic: no more publishing; consumers are told when they reach its end."""
+    name = _topic(topic)
+    _emit(_call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/terminate"), as_json, title=f"last message of {name}")
+
+
+@namespaces_app.command("unload")
+def namespaces_unload(namespace: str, url: Optional[str] = UrlOpt,
+                      data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Unload every bundle of a namespace (its topics move to whichever broker the next lookup picks)."""
+    _call(url, data_dir, "PUT", f"/admin/v2/namespaces/{_namespace(namespace)}/unload")
+    _done(f"unloaded {namespace}")
+
+
 @topics_app.command("lookup")
 def topics_lookup(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
                   as_json: bool = JsonOpt) -> None:
