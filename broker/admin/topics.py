@@ -439,3 +439,24 @@ async def expire_messages(request: web.Request) -> web.Response:
     await served.expire(subscription, seconds)
     return web.Response(status=204)
 
+
+
+# ---------------------------------------------------------------------------------------------- termination
+
+
+@routes.post(T + "/{topic}/terminate")
+async def terminate_topic(request: web.Request) -> web.Response:
+    """Pulsar's ``terminate``: no more messages on the topic, ever; answers the last message id
+    (``MessageIdImpl`` JSON). Refused on a partitioned topic's base name (405, as Pulsar does) and on
+    non-persistent topics."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+    if not topic.persistent:
+        raise RestError(405, f"Topic {topic} is non-persistent: termination is not allowed")
+    if await _partitions(ctx, topic):
+        raise RestError(405, f"Termination of a partitioned topic is not allowed ({topic}); "
+                             "terminate its partitions one by one")
+    _, _, served = await _served_topic(request)
+    position = await served.terminate()
+    return web.json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": -1})

@@ -175,6 +175,19 @@ class ManagedLedger(abc.ABC):
     async def trim(self) -> int:
         """Deletes ledgers every cursor has passed and retention no longer keeps; returns how many."""
 
+    @property
+    def terminated(self) -> bool:
+        """True once :meth:`terminate` was called (and, for a stored implementation, once it was stored)."""
+        return getattr(self, "_terminated_at", None) is not None
+
+    async def terminate(self) -> Position:
+        """Terminates the managed ledger (Pulsar's topic termination): no more appends, ever; returns the
+        position of the last entry. Idempotent. This default keeps the state in the object only (for
+        implementations without stored state, e.g. test doubles); ``ManagedLedgerImpl`` stores it."""
+        if getattr(self, "_terminated_at", None) is None:
+            self._terminated_at = self.last_confirmed_position
+        return self._terminated_at
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Closes the current ledger and persists cursors (unload). Idempotent."""

@@ -254,7 +254,7 @@ class AppendPipeline:
 
     # -- closing -----------------------------------------------------------------------------------------
 
-    async def close(self) -> Optional[WriteHandle]:
+    async def close(self, error: Optional[ManagedLedgerError] = None) -> Optional[WriteHandle]:
         """Lets a running rollover finish, then closes the current ledger after its in-flight adds (unless
         fenced) and returns its writer (None if there was none or it failed). Queued adds fail."""
         if self._rollover_task is not None:
@@ -274,7 +274,7 @@ class AppendPipeline:
         ops = list(self._pending) + list(self._queued)
         self._pending.clear()
         self._queued.clear()
-        _fail(ops, ManagedLedgerClosedError(f"[{self._name}] managed ledger closed"))
+        _fail(ops, error or ManagedLedgerClosedError(f"[{self._name}] managed ledger closed"))
         return closed
 
     async def abort(self) -> None:

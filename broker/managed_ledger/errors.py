@@ -27,6 +27,10 @@ class ManagedLedgerClosedError(ManagedLedgerError):
     """The managed ledger (or cursor) was closed or deleted."""
 
 
+class ManagedLedgerTerminatedError(ManagedLedgerError):
+    """The managed ledger was terminated (topic termination): it takes no more appends, for good."""
+
+
 class ManagedLedgerWriteError(ManagedLedgerError):
     """An append failed for a reason other than fencing (bookies unavailable, no ledger could be created).
     The managed ledger is fenced afterwards; reopening it recovers a well-defined end."""

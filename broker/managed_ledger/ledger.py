@@ -22,6 +22,11 @@ reads keep working).
 
 State (``state``, Pulsar's internal-stats names): Initializing -> LedgerOpened <-> CreatingLedger (rollover),
 LedgerClosed when no ledger could be created (the next append retries), Fenced, and finally Closed/Deleted.
+
+Termination (:meth:`ManagedLedgerImpl.terminate`, Pulsar's topic termination): appends are refused at once
+(ManagedLedgerTerminatedError), in-flight ones complete, the current ledger is closed and the metadata is
+stored with ``state: TERMINATED`` (compare-and-set). A terminated managed ledger opened again (by this or
+another broker) creates no new ledger and stays Terminated; reads, cursors and trimming keep working.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from typing import Any, Callable, Optional
 from bookie.client import LedgerClient, LedgerNotFoundError, WriteHandle
 from bookie.errors import BookieError, NoSuchLedgerError
 from config_store import BadVersionError, MetadataError, NodeExistsError, NotFoundError
-from config_store.managed_ledgers import LedgerInfo, ManagedCursorInfo, ManagedLedgerInfo, ManagedLedgerStore
+from config_store.managed_ledgers import (LedgerInfo, ManagedCursorInfo, ManagedLedgerInfo, ManagedLedgerMetaState,
+                                         ManagedLedgerStore)
 
 from .api import Entry, InitialPosition, ManagedLedger, Position
 from .appender import AppendPipeline, AppendState
@@ -45,7 +51,8 @@ from .cache import EntryCache
 from .config import ManagedLedgerConfig
 from .cursor import CursorFlusher, CursorState, ManagedCursorImpl
 from .errors import (CursorNotFoundError, EntryTooLargeError, InvalidCursorPositionError, ManagedLedgerClosedError,
-                     ManagedLedgerError, ManagedLedgerFencedError, ManagedLedgerMetadataError, ManagedLedgerWriteError)
+                     ManagedLedgerError, ManagedLedgerFencedError, ManagedLedgerMetadataError,
+                     ManagedLedgerTerminatedError, ManagedLedgerWriteError)
 from .layout import LedgerLayout, LedgerStats, select_ledgers_to_trim
 from .reader import EntryReader
 
@@ -62,6 +69,7 @@ class LedgerState(enum.Enum):
     CREATING_LEDGER = "CreatingLedger"
     LEDGER_CLOSED = "LedgerClosed"
     FENCED = "Fenced"
+    TERMINATED = "Terminated"
     CLOSED = "Closed"
     DELETED = "Deleted"
 
@@ -96,6 +104,9 @@ class ManagedLedgerImpl(ManagedLedger):
         self._version = -1
         self._properties: dict[str, str] = {}
         self._last_confirmed = Position(0, -1)
+        self._terminated = False  # appends refused (set first by terminate, then stored)
+        self._terminate_stored = False
+        self._terminate_lock = asyncio.Lock()
         self.entries_added_counter = 0
         self._appender = AppendPipeline(name, config, create_ledger=self._create_ledger_and_switch,
                                         on_confirmed=self._on_confirmed, on_ledger_closed=self._on_ledger_closed,
@@ -118,7 +129,13 @@ class ManagedLedgerImpl(ManagedLedger):
     def state(self) -> LedgerState:
         if self._lifecycle is not LedgerState.LEDGER_OPENED:
             return self._lifecycle
+        if self._terminated:
+            return LedgerState.TERMINATED
         return _FROM_APPENDER[self._appender.state]
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
 
     # ------------------------------------------------------------------------------------------ opening
 
@@ -147,11 +164,14 @@ class ManagedLedgerImpl(ManagedLedger):
             else:
                 info, self._version = versioned.value, versioned.version
             self._properties = dict(info.properties)
+            self._terminated = self._terminate_stored = info.state is ManagedLedgerMetaState.TERMINATED
             for li in info.ledgers:
                 self.layout.append(LedgerStats(li.ledger_id, li.entries, li.size, li.timestamp_ms))
-            dropped = await self._recover_last_ledger()
-            self._appender.start(await self._create_ledger_and_switch())
-            self._last_confirmed = self.layout.last_position() or Position(self.layout.last_ledger_id, -1)
+            dropped = await self._recover_last_ledger(keep_empty=self._terminated)
+            if not self._terminated:
+                self._appender.start(await self._create_ledger_and_switch())
+            last_ledger = self.layout.last_ledger_id
+            self._last_confirmed = self.layout.last_position() or Position(last_ledger or 0, -1)
             await self._load_cursors()
         except (NodeExistsError, BadVersionError) as e:
             raise ManagedLedgerFencedError(f"[{self.name}] another broker is opening this managed ledger: {e}") from e
@@ -162,9 +182,10 @@ class ManagedLedgerImpl(ManagedLedger):
         if dropped is not None:
             await self._delete_ledger_quietly(dropped)
 
-    async def _recover_last_ledger(self) -> Optional[int]:
+    async def _recover_last_ledger(self, *, keep_empty: bool = False) -> Optional[int]:
         """Establishes the last ledger's final length (recovering it if its writer left it open); returns its
-        id if it is empty and was dropped from the list."""
+        id if it is empty and was dropped from the list (never with ``keep_empty``: a terminated ledger's
+        list is not rewritten)."""
         last = self.layout.last_ledger_id
         if last is None:
             return None
@@ -178,7 +199,7 @@ class ManagedLedgerImpl(ManagedLedger):
         stats = self.layout.get(last)
         size = handle.metadata.length or stats.size
         self.layout.set_counts(last, entries, size, stats.timestamp_ms or _now_ms())
-        if entries == 0:
+        if entries == 0 and not keep_empty:
             self.layout.remove([last])
             return last
         self._reader.remember(handle)
@@ -207,7 +228,8 @@ class ManagedLedgerImpl(ManagedLedger):
     def _info_from(self, layout: LedgerLayout, open_ledger_id: Optional[int]) -> ManagedLedgerInfo:
         ledgers = [LedgerInfo(s.ledger_id) if s.ledger_id == open_ledger_id
                    else LedgerInfo(s.ledger_id, s.entries, s.size, s.timestamp_ms) for s in layout.stats()]
-        return ManagedLedgerInfo(ledgers=ledgers, properties=self._properties)
+        state = ManagedLedgerMetaState.TERMINATED if self._terminated else ManagedLedgerMetaState.OPEN
+        return ManagedLedgerInfo(ledgers=ledgers, state=state, properties=self._properties)
 
     async def _write_metadata(self, layout: LedgerLayout, open_ledger_id: Optional[int]) -> None:
         """Compare-and-set of the ledger list (caller holds ``_meta_lock``); fences on a lost race."""
@@ -254,6 +276,8 @@ class ManagedLedgerImpl(ManagedLedger):
         """Appends one entry; the future resolves to its position once it is durable at Qa bookies, futures
         in append order. Raises at once (no future) if the managed ledger is closed, fenced or the entry too
         large; a later failure fails the future with ManagedLedgerFencedError / ManagedLedgerWriteError."""
+        if self._terminated:
+            raise ManagedLedgerTerminatedError(f"[{self.name}] managed ledger is terminated: no appends")
         if self._closing or self._lifecycle is not LedgerState.LEDGER_OPENED:
             raise ManagedLedgerClosedError(f"[{self.name}] managed ledger is {self.state.value}: no appends")
         data = bytes(data)
@@ -285,6 +309,35 @@ class ManagedLedgerImpl(ManagedLedger):
     def _notify_entries(self) -> None:
         event, self._entries_event = self._entries_event, asyncio.Event()
         event.set()
+
+    async def terminate(self) -> Position:
+        """Terminates the managed ledger: refuses appends from now on, lets in-flight ones complete, closes
+        the current ledger and stores ``state: TERMINATED``. Returns the last entry's position. Idempotent
+        (a second call returns the same position)."""
+        async with self._terminate_lock:
+            if self._terminate_stored:
+                return self._last_confirmed
+            if self._closing or self._lifecycle is not LedgerState.LEDGER_OPENED:
+                raise ManagedLedgerClosedError(f"[{self.name}] managed ledger is {self.state.value}: cannot terminate")
+            if self._appender.state is AppendState.FENCED:
+                raise ManagedLedgerFencedError(f"[{self.name}] managed ledger is fenced: cannot terminate")
+            self._terminated = True
+            try:
+                writer = await self._appender.close(
+                    ManagedLedgerTerminatedError(f"[{self.name}] managed ledger was terminated"))
+                if writer is not None:
+                    self.layout.set_counts(writer.ledger_id, writer.last_add_confirmed + 1, writer.length, _now_ms())
+                    self._reader.remember_closed_writer(writer)
+                async with self._meta_lock:
+                    await self._write_metadata(self.layout, None)
+                self._terminate_stored = True
+            except BaseException:
+                # not stored: appends stay refused (the ledger is closed), a reopen sees the stored state
+                log.warning("[%s] termination was not stored", self.name)
+                raise
+            log.info("[%s] terminated at %s", self.name, self._last_confirmed)
+            self._notify_entries()
+            return self._last_confirmed
 
     # ------------------------------------------------------------------------------------------ reading
 

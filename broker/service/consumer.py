@@ -48,6 +48,7 @@ class Consumer:
         self.blocked = False  # too many unacked messages (Shared / Key_Shared)
         self.closed = False
         self.is_active = False
+        self.reached_end_of_topic = False  # REACHED_END_OF_TOPIC was sent
         self.join_position: Optional[Position] = None  # Key_Shared: restricted until acks pass it
         self.connected_since = iso_now()
         self.msg_out = RateMeter()
@@ -169,6 +170,15 @@ class Consumer:
         self.is_active = active
         self.connection.write(encode_command(wrap(pb.CommandActiveConsumerChange(
             consumer_id=self.consumer_id, is_active=active))))
+
+    def notify_reached_end_of_topic(self) -> bool:
+        """Sends REACHED_END_OF_TOPIC (the topic is terminated and this consumer's subscription has nothing
+        left to deliver), once per consumer; returns whether it was sent now."""
+        if self.reached_end_of_topic or self.closed:
+            return False
+        self.reached_end_of_topic = True
+        self.connection.write(encode_command(wrap(pb.CommandReachedEndOfTopic(consumer_id=self.consumer_id))))
+        return True
 
     def notify_closed(self) -> None:
         """Tells the client its consumer is closed by the broker (it reconnects and looks the topic up)."""

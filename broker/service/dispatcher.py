@@ -19,6 +19,11 @@ Rewinds (a new active consumer, redeliver-all, seek) bump ``generation``; a roun
 flight while the generation changed throws its entries away and rewinds again, because the cursor's read
 position may have been moved by the read completing after the rewind.
 
+End of topic: when the topic is terminated, a round that finds nothing to do (``WAIT_ENTRIES`` or
+``WAIT_EVENT``) checks whether the subscription has no backlog left (everything acknowledged, as Pulsar
+requires) and then sends REACHED_END_OF_TOPIC to each consumer, once per consumer (``_check_end_of_topic``;
+a consumer joining later is told on its first idle round). Termination itself wakes every dispatcher.
+
 Filtering: entries already acknowledged (the cursor says so, or an acknowledgement is queued for it) are
 skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered.
 """
@@ -62,6 +67,7 @@ class Dispatcher:
         self._task: Optional[asyncio.Task] = None
         self._closed = False
         self._errors = 0
+        self.end_of_topic_sent = 0  # REACHED_END_OF_TOPIC commands sent (stats, tests)
         self.log_prefix = f"[{subscription.topic.name}][{subscription.name}]"
 
     # --------------------------------------------------------------------------------- lifecycle
@@ -137,6 +143,7 @@ class Dispatcher:
             if nxt is Next.PROGRESS:
                 await asyncio.sleep(0)  # let the connection's reader and writers run between rounds
                 continue
+            self._check_end_of_topic()
             await self._wait(entries=nxt is Next.WAIT_ENTRIES, loop=loop)
 
     async def _wait(self, *, entries: bool, loop: asyncio.AbstractEventLoop) -> None:
@@ -155,6 +162,22 @@ class Dispatcher:
 
     async def _round(self) -> Next:
         raise NotImplementedError
+
+    def _check_end_of_topic(self) -> None:
+        if not self.consumers or not self.subscription.topic.ml.terminated:
+            return
+        if not self.subscription.topic.service.config.notify_end_of_topic:
+            return
+        try:
+            if self.cursor.backlog_entries() > 0:
+                return
+        except Exception as exc:  # a closed cursor: the subscription is going away
+            log.debug("%s end-of-topic check: %s", self.log_prefix, exc)
+            return
+        for consumer in list(self.consumers):
+            if consumer.notify_reached_end_of_topic():
+                self.end_of_topic_sent += 1
+                log.info("%s %s reached the end of the terminated topic", self.log_prefix, consumer)
 
     # --------------------------------------------------------------------------------- helpers
 

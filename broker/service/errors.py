@@ -160,7 +160,9 @@ def map_error(exc: BaseException) -> BrokerServiceError:
         mapped.http_status = getattr(exc, "http_status", 500)
         mapped.retriable = bool(getattr(exc, "retriable", False))
     elif isinstance(exc, ManagedLedgerError):
-        if "Fenced" in name or "Closed" in name:
+        if "Terminated" in name:
+            mapped = TopicTerminatedError(text)
+        elif "Fenced" in name or "Closed" in name:
             mapped = ServiceNotReadyError(f"topic storage is being handed over: {text}")
         elif "NotFound" in name:
             mapped = TopicNotFoundError(text)

@@ -10,6 +10,10 @@ otherwise); ExclusiveWithFencing closes every other producer and takes it; WaitF
 ``producer_ready=false`` and queued until the topic is free. Each new exclusive holder increments the
 *topic epoch*; a producer reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
 The epoch lives in memory only: it restarts when the topic is loaded again.
+
+Termination (:meth:`Topic.terminate`, admin ``terminate``): the managed ledger is terminated (stored, so it
+survives a reload), producers are refused (TopicTerminatedError, on PRODUCER and on every later SEND) and
+each consumer gets REACHED_END_OF_TOPIC once its subscription has nothing left (see the dispatcher).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from magnetar.topic_name import TopicName
 from . import dedup as dedup_mod
 from .consumer import Consumer
 from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
-                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError)
+                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError)
 from .entries import entry_info, publish_time_of
 from .producer import AccessMode, Producer
 from .stats import RateMeter
@@ -122,6 +126,8 @@ class Topic:
             ProducerBusyError, ProducerFencedError, ServiceNotReadyError: as Pulsar answers them.
         """
         self.check_active()
+        if self.ml.terminated:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
         existing = self.producers.get(producer.name)
         if existing is not None and existing is not producer:
             if producer.epoch > existing.epoch or existing.connection.closed:
@@ -197,9 +203,10 @@ class Topic:
         """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order."""
         seq = send.sequence_id
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-        if self.state is not TopicState.ACTIVE:
+        if self.state is not TopicState.ACTIVE or self.ml.terminated:
             fut = asyncio.get_running_loop().create_future()
-            fut.set_exception(ServiceNotReadyError(f"topic {self.name} is {self.state.value}"))
+            fut.set_exception(TopicTerminatedError(f"topic {self.name} is terminated") if self.ml.terminated
+                              else ServiceNotReadyError(f"topic {self.name} is {self.state.value}"))
             producer.track(seq, highest, fut)
             return
         dedup = self.dedup
@@ -448,6 +455,20 @@ class Topic:
         if self.topic_name.is_partition:
             mid.partition = self.topic_name.partition_index
         return mid
+
+    # --------------------------------------------------------------------------------- termination
+
+    async def terminate(self) -> Position:
+        """Admin ``terminate``: no more messages, ever. Returns the last message's position (the same on a
+        second call). Consumers that have acknowledged everything are told REACHED_END_OF_TOPIC."""
+        self.check_active()
+        position = await shielded(self.ml.terminate())
+        log.info("[%s] terminated; last message %s", self.name, position)
+        for sub in list(self.subscriptions.values()):
+            dispatcher = getattr(sub, "dispatcher", None)
+            if dispatcher is not None:
+                dispatcher.wake()
+        return position
 
     # --------------------------------------------------------------------------------- lifecycle
 
