@@ -17,20 +17,6 @@ import time
 from typing import Callable, Optional, Sequence
 
 _LIVE: "set[ManagedProcess]" = set()
-_PR_SET_PDEATHSIG = 1
-try:  # resolved here, before any fork: the child must not import or load anything (other threads exist)
-    import ctypes
-
-    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux: children may outlive a killed pytest there
-    _prctl = None
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the test process dies, even if pytest itself is
-    killed and never reaches its teardown (the setting survives exec)."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def python_command(*args: str) -> list[str]:
@@ -89,7 +75,6 @@ class ManagedProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         self.starts += 1
         _LIVE.add(self)
