@@ -14,10 +14,11 @@ import pathlib
 import signal
 import socket
 import subprocess
-import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+
+from tests.kit.wait import wait_for
 
 from clusters import STANDALONE
 from clusters.runtime import DataDir, group_alive, is_alive, signal_group
@@ -42,17 +43,6 @@ name = "west"
 """
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout_s:g} s")
-        time.sleep(0.05)
 
 
 def magnetar(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import shutil
 import ssl
-import subprocess
 from dataclasses import dataclass, field
 
 import pytest
+
+from tests.kit.wait import wait_for_async
 
 from magnetar.protocol import (
     FrameDecoder,
@@ -367,11 +367,7 @@ async def fake():
 
 
 async def eventually(predicate, timeout_s: float = 5.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await wait_for_async(predicate, timeout_s, what=what)
 
 
 def fast_client(url: str, **kwargs) -> Client:
@@ -412,12 +408,36 @@ async def test_connect_refused_and_connect_error_are_typed(fake):
     assert info.value.retriable
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test certificate")
+def _self_signed(cert_path, key_path) -> None:
+    """A one-day self-signed certificate for localhost / 127.0.0.1."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+
+
 async def test_tls_connection_with_a_trusted_certificate(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    _self_signed(cert, key)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     broker = await FakeBroker().start(ssl_context=server_ctx)
