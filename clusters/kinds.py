@@ -126,6 +126,28 @@ class ZooKeeperKind(ProcessKind):
         return {"connect": f"{inst.host}:{inst.ports['client']}", "host": inst.host, "port": inst.ports["client"]}
 
 
+def numbered_instances(topology: Topology, kind: str, slot: str, port_bases: dict[str, str]) -> list[Instance]:
+    """``<region>-<kind>-<n>`` for n in 1..count of every region's ``slot`` settings; port ``p`` of instance n
+    is ``settings.<port_bases[p]> + n - 1``, or 0 (picked at the first ``up``) when that base is unset."""
+    found = []
+    for region in topology.regions:
+        settings = getattr(region, slot)
+        if settings is None:
+            continue
+        for n in range(1, settings.count + 1):
+            ports = {}
+            for port, base_attr in port_bases.items():
+                base = getattr(settings, base_attr)
+                ports[port] = base + n - 1 if base else 0
+            found.append(
+                Instance(
+                    name=f"{region.name}-{kind}-{n}", kind=kind, region=region.name, slot=slot,
+                    many=True, index=n, host=settings.host, ports=ports, settings=settings,
+                )
+            )
+    return found
+
+
 class BookieKind(ProcessKind):
     """A storage node, registered in its region's ZooKeeper; its id is its process name, stable across ups."""
 
@@ -134,24 +156,7 @@ class BookieKind(ProcessKind):
     shown = ("grpc", "metrics")
 
     def instances(self, topology: Topology) -> list[Instance]:
-        found = []
-        for region in topology.regions:
-            s = region.bookies
-            if s is None:
-                continue
-            for n in range(1, s.count + 1):
-                found.append(
-                    Instance(
-                        name=f"{region.name}-bookie-{n}", kind=self.name, region=region.name, slot="bookies",
-                        many=True, index=n, host=s.host,
-                        ports={
-                            "grpc": s.grpc_port_base + n - 1 if s.grpc_port_base else 0,
-                            "http": s.http_port_base + n - 1 if s.http_port_base else 0,
-                        },
-                        settings=s,
-                    )
-                )
-        return found
+        return numbered_instances(topology, self.name, "bookies", {"grpc": "grpc_port_base", "http": "http_port_base"})
 
     def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
         return plan.process_dir(inst) / "bookie.toml"
@@ -215,24 +220,7 @@ class BrokerKind(ProcessKind):
     shown = ("pulsar", "http")
 
     def instances(self, topology: Topology) -> list[Instance]:
-        found = []
-        for region in topology.regions:
-            s = region.brokers
-            if s is None:
-                continue
-            for n in range(1, s.count + 1):
-                found.append(
-                    Instance(
-                        name=f"{region.name}-broker-{n}", kind=self.name, region=region.name, slot="brokers",
-                        many=True, index=n, host=s.host,
-                        ports={
-                            "pulsar": s.port_base + n - 1 if s.port_base else 0,
-                            "http": s.http_port_base + n - 1 if s.http_port_base else 0,
-                        },
-                        settings=s,
-                    )
-                )
-        return found
+        return numbered_instances(topology, self.name, "brokers", {"pulsar": "port_base", "http": "http_port_base"})
 
     def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
         return plan.process_dir(inst) / "broker.toml"
