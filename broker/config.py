@@ -54,6 +54,16 @@ class BrokerConfig:
             when missing (as Pulsar standalone does).
         http_request_body_max_bytes: larger REST bodies are refused with 413.
         shutdown_grace_ms: on SIGTERM, how long unloading bundles and closing topics may take in total.
+        cluster_service_url, cluster_broker_service_url: what ``bootstrap`` registers for the cluster
+            (``http://h1:p1,h2:p2`` and ``pulsar://h1:p1,h2:p2``: every broker of the region, so other
+            regions' replicators reach whichever answers); empty: this broker's own URLs.
+        replication_enabled: run replicators for topics whose namespace (or topic) names other clusters.
+        replication_read_batch_max: entries a replicator reads from its cursor at a time.
+        replication_pending_max: entries a replicator has in flight to its remote cluster at most.
+        replication_backoff_max_ms: longest wait between attempts to reach a remote cluster.
+        replicated_subscriptions_snapshot_interval_ms: how often a topic with replicated subscriptions takes
+            a cross-cluster snapshot (Pulsar ``replicatedSubscriptionsSnapshotFrequencyMillis``).
+        replicated_subscriptions_snapshot_timeout_ms: a snapshot not completed within this long is dropped.
     """
 
     data_dir: pathlib.Path
@@ -81,6 +91,14 @@ class BrokerConfig:
     bootstrap: bool = True
     http_request_body_max_bytes: int = 1 * _MiB
     shutdown_grace_ms: int = 8_000
+    cluster_service_url: str = ""
+    cluster_broker_service_url: str = ""
+    replication_enabled: bool = True
+    replication_read_batch_max: int = 100
+    replication_pending_max: int = 500
+    replication_backoff_max_ms: int = 5_000
+    replicated_subscriptions_snapshot_interval_ms: int = 1_000
+    replicated_subscriptions_snapshot_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
@@ -168,10 +186,21 @@ class BrokerConfig:
             "managed_ledger_max_ledger_size_bytes", "managed_ledger_max_ledger_rollover_time_ms",
             "managed_ledger_cursor_persist_interval_ms", "default_namespace_bundles", "max_message_size_bytes",
             "max_partitions_per_topic", "load_report_interval_ms", "http_request_body_max_bytes",
+            "replication_read_batch_max", "replication_pending_max", "replication_backoff_max_ms",
+            "replicated_subscriptions_snapshot_interval_ms", "replicated_subscriptions_snapshot_timeout_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.managed_ledger_max_entries_per_ledger >= 1 << 32:
+            # a replicator's sequence id is ledger_id << 32 | entry_id (broker.service.dedup)
+            raise ConfigError(f"managed_ledger_max_entries_per_ledger must be below 2**32, "
+                              f"not {self.managed_ledger_max_entries_per_ledger}")
+        for name, scheme in (("cluster_service_url", "http"), ("cluster_broker_service_url", "pulsar")):
+            value = getattr(self, name)
+            if value and (not value.startswith(f"{scheme}://") and not value.startswith(f"{scheme}s://")
+                          and not value.startswith(f"{scheme}+ssl://") or any(c.isspace() for c in value)):
+                raise ConfigError(f"{name} must be a {scheme}:// URL (host:port[,host:port...]), not {value!r}")
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
         e, qw, qa = (self.managed_ledger_ensemble_size, self.managed_ledger_write_quorum,

@@ -108,8 +108,10 @@ class BrokerProcess:
         self.ownership.set_unloader(self._unload_bundle_topics)
         self.ownership.set_load_source(self._measure_load)
         if config.bootstrap:
-            await bootstrap(self.configuration, cluster=config.cluster, http_url=self.http_url,
-                            pulsar_url=self.pulsar_url, default_bundles=config.default_namespace_bundles)
+            await bootstrap(self.configuration, cluster=config.cluster,
+                            http_url=config.cluster_service_url or self.http_url,
+                            pulsar_url=config.cluster_broker_service_url or self.pulsar_url,
+                            default_bundles=config.default_namespace_bundles)
         await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url)
         await self._start_http()
         self._write_endpoints()
@@ -163,13 +165,26 @@ class BrokerProcess:
         self.service = BrokerService(
             config=ServiceConfig(**settings),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,
-            cluster_name=c.cluster, registry=self.registry)
+            cluster_name=c.cluster, registry=self.registry, replication=self._replication())
         try:
             await self.service.start()
         except OSError as e:
             raise BrokerError(f"cannot listen on {c.bind_host}:{c.port} (binary protocol): {e.strerror or e}") from None
         self.port = self.service.port
         log.info("binary protocol on %s:%d (advertised %s)", c.bind_host, self.port, self.pulsar_url)
+
+    def _replication(self) -> Any:
+        """Geo-replication (the ``replicator`` room), wired in here as DESIGN §2 asks; None when disabled."""
+        if not self.config.replication_enabled:
+            return None
+        from replicator import ReplicationService, ReplicationSettings
+
+        c = self.config
+        return ReplicationService(self.configuration, local_cluster=c.cluster, settings=ReplicationSettings(
+            read_batch_max=c.replication_read_batch_max, pending_max=c.replication_pending_max,
+            backoff_max_s=c.replication_backoff_max_ms / 1000,
+            snapshot_interval_s=c.replicated_subscriptions_snapshot_interval_ms / 1000,
+            snapshot_timeout_s=c.replicated_subscriptions_snapshot_timeout_ms / 1000))
 
     def _bind_http(self) -> None:
         c = self.config
@@ -299,7 +314,16 @@ async def bootstrap(configuration: ConfigurationStore, *, cluster: str, http_url
         await configuration.create_tenant(PUBLIC_TENANT, TenantInfo(allowed_clusters=[cluster]))
         log.info("created tenant %s", PUBLIC_TENANT)
     except NodeExistsError:
-        pass
+        # another region created it: this region's cluster joins its allowed clusters (several regions
+        # sharing one configuration store may all use tenant public)
+        def allow(info: TenantInfo) -> TenantInfo:
+            if cluster not in info.allowed_clusters:
+                info.allowed_clusters = [*info.allowed_clusters, cluster]
+            return info
+        try:
+            await configuration.update_tenant(PUBLIC_TENANT, allow)
+        except NotFoundError:
+            pass
     policies = Policies(replication_clusters=[cluster], bundles=bundles_data(default_boundaries(default_bundles)))
     try:
         await configuration.create_namespace(PUBLIC_TENANT, DEFAULT_NAMESPACE, policies)

@@ -16,6 +16,14 @@ and at close. A broker taking the topic over reads the snapshot and replays the 
 producer name and sequence ids are in each entry's metadata), so the state survives failover. When the
 cursor implementation offers no ``properties`` the snapshot position is never advanced, and recovery
 replays the whole retained topic instead.
+
+Replicated entries (geo-replication): a replicator producer (named ``pulsar.repl.<origin cluster>``) sends
+each entry with its position in the origin topic, encoded as the SEND's sequence id
+(:func:`origin_sequence_id`), and the entry carries that position in the metadata property
+:data:`SOURCE_POSITION_PROPERTY`. Those sends are deduplicated as any producer's, under the replicator's
+name, whether or not the namespace asks for deduplication (:meth:`Deduplication.track_replicated`), so a
+replicator that re-sends after a restart or a failover on either side adds no copy: replication is
+exactly-once per origin position. Recovery learns the replicator's highest position from the property.
 """
 
 from __future__ import annotations
@@ -34,8 +42,20 @@ from .tasks import shielded
 log = logging.getLogger("broker.service.dedup")
 
 CURSOR_NAME = "pulsar.dedup"
+REPLICATOR_PREFIX = "pulsar.repl."
+SOURCE_POSITION_PROPERTY = "__magnetar.repl.source_position"
 _NO_POSITION = Position(-1, -1)
 _RECOVERY_READ_BATCH = 500
+
+
+def origin_sequence_id(ledger_id: int, entry_id: int) -> int:
+    """The sequence id a replicator sends for the origin entry at ``ledger_id:entry_id``: increasing with the
+    position (ledger ids grow within a topic; an entry id stays below 2**32)."""
+    return (ledger_id << 32) | entry_id
+
+
+def is_replicator(producer_name: str) -> bool:
+    return producer_name.startswith(REPLICATOR_PREFIX)
 
 
 class Status(enum.Enum):
@@ -47,7 +67,8 @@ class Deduplication:
     def __init__(self, ml: ManagedLedger, *, snapshot_interval_entries: int = 1000,
                  recent_positions_max: int = 10_000) -> None:
         self.ml = ml
-        self.enabled = False
+        self.enabled = False  # the namespace policy: every producer is deduplicated
+        self.replicated = False  # replicator producers are deduplicated (whatever the policy)
         self.snapshot_interval_entries = snapshot_interval_entries
         self.recent_positions_max = recent_positions_max
         self.highest_pushed: dict[str, int] = {}
@@ -58,6 +79,7 @@ class Deduplication:
         self._since_snapshot = 0
         self._last_persisted_position: Optional[Position] = None
         self._snapshot_task: Optional[asyncio.Task] = None
+        self._open_lock = asyncio.Lock()
         self.log_prefix = f"[{ml.name}][dedup]"
 
     @property
@@ -66,14 +88,41 @@ class Deduplication:
 
     # --------------------------------------------------------------------------------- lifecycle
 
+    @property
+    def tracking(self) -> bool:
+        """True while any producer's sequence ids are tracked (the snapshot cursor is open)."""
+        return self.enabled or self.replicated
+
+    def applies_to(self, producer_name: str) -> bool:
+        return self.enabled or (self.replicated and is_replicator(producer_name))
+
     async def enable(self) -> None:
-        """Turns deduplication on: opens the ``pulsar.dedup`` cursor and rebuilds the state from it."""
+        """Turns deduplication on for every producer (namespace policy)."""
         if self.enabled:
             return
+        await self._open(for_all=True)
+
+    async def track_replicated(self) -> None:
+        """Turns deduplication on for replicator producers (a replicator attached to this topic)."""
+        if self.tracking:
+            self.replicated = True
+            return
+        await self._open(for_all=False)
+
+    async def _open(self, *, for_all: bool) -> None:
+        """Opens the ``pulsar.dedup`` cursor and rebuilds the state from its snapshot plus the entries after it."""
+        async with self._open_lock:
+            if self.tracking:  # another caller opened it while this one waited
+                self.enabled = self.enabled or for_all
+                self.replicated = self.replicated or not for_all
+                return
+            await self._open_locked(for_all=for_all)
+
+    async def _open_locked(self, *, for_all: bool) -> None:
         cursor = await shielded(self.ml.open_cursor(CURSOR_NAME, initial_position=InitialPosition.EARLIEST))
         self._cursor = cursor
         props = dict(getattr(cursor, "properties", None) or {})
-        self.highest_persisted = {k: int(v) for k, v in props.items()}
+        self.highest_persisted = {k: int(v) for k, v in props.items() if for_all or is_replicator(k)}
         replayed = 0
         reader = self.ml.new_non_durable_cursor(cursor.mark_delete_position, name="pulsar.dedup.recovery")
         while True:
@@ -81,15 +130,25 @@ class Deduplication:
             if not entries:
                 break
             for entry in entries:
-                self._learn(entry.data, entry.position)
+                self._learn(entry.data, entry.position, all_producers=for_all)
             replayed += len(entries)
         self.highest_pushed = dict(self.highest_persisted)
-        self.enabled = True
-        log.info("%s enabled: %d producers known, %d entries replayed", self.log_prefix,
-                 len(self.highest_persisted), replayed)
+        if for_all:
+            self.enabled = True
+        else:
+            self.replicated = True
+        log.info("%s %s: %d producers known, %d entries replayed", self.log_prefix,
+                 "enabled" if for_all else "tracking replicators", len(self.highest_persisted), replayed)
 
     async def disable(self) -> None:
-        """Turns deduplication off and deletes the snapshot cursor (it would hold back retention)."""
+        """Turns the policy off; deletes the snapshot cursor (it holds back retention) unless replicators
+        still need it."""
+        if self.replicated:
+            self.enabled = False
+            for name in [n for n in self.highest_persisted if not is_replicator(n)]:
+                self.highest_persisted.pop(name, None)
+                self.highest_pushed.pop(name, None)
+            return
         if not self.enabled and CURSOR_NAME not in self.ml.cursors:
             return
         self.enabled = False
@@ -106,23 +165,32 @@ class Deduplication:
 
     async def close(self) -> None:
         """Takes a last snapshot (unload)."""
-        if self.enabled:
+        if self.tracking:
             await self._wait_snapshot()
             await self.snapshot()
 
-    def _learn(self, data: bytes, position: Position) -> None:
+    def _learn(self, data: bytes, position: Position, *, all_producers: bool = True) -> None:
         try:
             md = peek_metadata(data)
         except Exception:
             return
-        if md.HasField("marker_type"):
+        if md.HasField("replicated_from"):
+            source = next((p.value for p in md.properties if p.key == SOURCE_POSITION_PROPERTY), None)
+            if source is None:
+                return
+            try:
+                ledger_id, entry_id = (int(x) for x in source.split(":"))
+            except ValueError:
+                return
+            name, seq = REPLICATOR_PREFIX + md.replicated_from, origin_sequence_id(ledger_id, entry_id)
+        elif md.HasField("marker_type") or not all_producers:
             return
-        seq = md.sequence_id
-        if md.highest_sequence_id > seq:
-            seq = md.highest_sequence_id
-        elif md.HasField("num_messages_in_batch"):
-            seq += max(md.num_messages_in_batch, 1) - 1  # as Topic.publish counts a batch without one
-        name = md.producer_name
+        else:
+            name, seq = md.producer_name, md.sequence_id
+            if md.highest_sequence_id > seq:
+                seq = md.highest_sequence_id
+            elif md.HasField("num_messages_in_batch"):
+                seq += max(md.num_messages_in_batch, 1) - 1  # as Topic.publish counts a batch without one
         if seq > self.highest_persisted.get(name, -1):
             self.highest_persisted[name] = seq
         self._remember(name, seq, position)
@@ -137,7 +205,7 @@ class Deduplication:
     # --------------------------------------------------------------------------------- publish path
 
     def last_sequence_id(self, producer_name: str) -> int:
-        return self.highest_persisted.get(producer_name, -1) if self.enabled else -1
+        return self.highest_persisted.get(producer_name, -1) if self.applies_to(producer_name) else -1
 
     def check(self, producer_name: str, sequence_id: int, highest_sequence_id: int
               ) -> tuple[Status, Optional[asyncio.Future]]:

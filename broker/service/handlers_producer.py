@@ -101,7 +101,7 @@ def handle_send(conn: "Connection", frame: "Frame") -> None:
     if payload_size > conn.config.max_message_size_bytes:
         raise MessageTooLargeError(f"message of {payload_size} bytes exceeds the maximum of "
                                    f"{conn.config.max_message_size_bytes} bytes")
-    if send.marker or send.txnid_most_bits or send.txnid_least_bits:
+    if (send.marker and not producer.is_replicator) or send.txnid_most_bits or send.txnid_least_bits:
         raise NotAllowedError("markers and transactional messages cannot be published by clients")
     producer.topic.publish(producer, send, frame.entry)
 

@@ -17,6 +17,18 @@ if TYPE_CHECKING:
 
 _TOPIC_LABELS = ["cluster", "namespace", "topic"]
 _SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
+_REPL_LABELS = ["cluster", "namespace", "topic", "remote_cluster"]
+# Pulsar's replication series: (metric, help, key of the topic stats' replication section)
+_REPLICATION_SERIES = (
+    ("pulsar_replication_rate_in", "Messages/s received from the remote cluster", "msgRateIn"),
+    ("pulsar_replication_rate_out", "Messages/s sent to the remote cluster", "msgRateOut"),
+    ("pulsar_replication_throughput_in", "Bytes/s received from the remote cluster", "msgThroughputIn"),
+    ("pulsar_replication_throughput_out", "Bytes/s sent to the remote cluster", "msgThroughputOut"),
+    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster", "replicationBacklog"),
+    ("pulsar_replication_delay_in_seconds", "Age of the oldest entry not yet replicated",
+     "replicationDelayInSeconds"),
+    ("pulsar_replication_connected_count", "1 when the replicator is connected to the remote cluster", "connected"),
+)
 
 
 class ServiceCollector(Collector):
@@ -63,6 +75,7 @@ class ServiceCollector(Collector):
             "pulsar_subscription_consumers_count": GaugeMetricFamily(
                 "pulsar_subscription_consumers_count", "Connected consumers", labels=_SUB_LABELS),
         }
+        r = {metric: GaugeMetricFamily(metric, text, labels=_REPL_LABELS) for metric, text, _ in _REPLICATION_SERIES}
         for name, topic in svc.topics().items():
             try:
                 st = topic.stats()
@@ -82,6 +95,10 @@ class ServiceCollector(Collector):
             g["pulsar_average_msg_size"].add_metric(labels, st["averageMsgSize"])
             in_msgs.add_metric(labels, st["msgInCounter"])
             in_bytes.add_metric(labels, st["bytesInCounter"])
+            for remote, x in st["replication"].items():
+                rl = labels + [remote]
+                for metric, _, key in _REPLICATION_SERIES:
+                    r[metric].add_metric(rl, float(x.get(key, 0) or 0))
             for sub_name, x in subs.items():
                 sl = labels + [sub_name]
                 s["pulsar_subscription_back_log"].add_metric(sl, x["msgBacklog"])
@@ -94,3 +111,4 @@ class ServiceCollector(Collector):
         yield in_msgs
         yield in_bytes
         yield from s.values()
+        yield from r.values()

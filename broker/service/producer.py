@@ -20,6 +20,7 @@ from broker.managed_ledger.api import Position
 from magnetar.protocol import encode_command, pb, wrap
 
 from . import wire
+from .dedup import REPLICATOR_PREFIX, is_replicator
 from .errors import BrokerServiceError, map_error
 from .stats import RateMeter, iso_now
 
@@ -60,6 +61,9 @@ class Producer:
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()
         self.closed = False
+        # A geo-replicator of another cluster (``pulsar.repl.<origin>``): its SENDs carry origin positions.
+        self.is_replicator = is_replicator(name)
+        self.origin_cluster = name[len(REPLICATOR_PREFIX):] if self.is_replicator else ""
         self._pending: collections.deque[_Slot] = collections.deque()
         self._drained: Optional[asyncio.Event] = None
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from config_store import ConfigurationStore, PoliciesCache
 
     from .connection import Connection
+    from .replication import ReplicationProvider
 
 log = logging.getLogger("broker.service")
 
@@ -44,19 +45,22 @@ class BrokerService:
 
     def __init__(self, *, config: ServiceConfig, ml_factory: "ManagedLedgerFactory",
                  configuration_store: "Optional[ConfigurationStore]", ownership: "Ownership", cluster_name: str,
-                 registry: "Optional[prometheus_client.CollectorRegistry]" = None) -> None:
+                 registry: "Optional[prometheus_client.CollectorRegistry]" = None,
+                 replication: "Optional[ReplicationProvider]" = None) -> None:
         self.config = config
         self.ml_factory = ml_factory
         self.configuration_store = configuration_store
         self.ownership = ownership
         self.cluster_name = cluster_name
         self.registry = registry
+        self.replication = replication
         self.port = config.port
         self._topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._unloading: dict[str, asyncio.Task] = {}
         self._server = ProtocolServer(self, config.host, config.port)
         self._policies: "Optional[PoliciesCache]" = None
+        self._topic_policies = None  # TopicPoliciesCache: topic-level replication clusters
         self._producer_ids = itertools.count()
         self._instance = secrets.token_hex(3)
         self._tasks: set[asyncio.Task] = set()
@@ -75,6 +79,9 @@ class BrokerService:
         if self.configuration_store is not None:
             self._policies = self.configuration_store.policies_cache()
             self._policies.add_listener(self._on_policies)
+            if hasattr(self.configuration_store, "topic_policies_cache"):
+                self._topic_policies = self.configuration_store.topic_policies_cache()
+                self._topic_policies.add_listener(self._on_topic_policies)
         self.port = await self._server.start()
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
         if self.registry is not None:
@@ -108,6 +115,13 @@ class BrokerService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._policies is not None:
             self._policies.close()
+        if self._topic_policies is not None:
+            self._topic_policies.close()
+        if self.replication is not None:
+            try:
+                await self.replication.close()
+            except Exception:
+                log.exception("closing the replication clients failed")
         if self._collector is not None and self.registry is not None:
             try:
                 self.registry.unregister(self._collector)
@@ -207,10 +221,11 @@ class BrokerService:
                 raise TopicNotFoundError(f"namespace {topic_name.namespace} does not exist")
         if not create and not await self.ml_factory.exists(topic_name.path):
             return None
+        topic_clusters = await self._topic_replication_clusters(topic_name)
         ml = await self.ml_factory.open(topic_name.path)
         topic = Topic(self, topic_name, ml)
         try:
-            await topic.initialize(policies)
+            await topic.initialize(policies, topic_clusters)
         except BaseException:
             await asyncio.shield(ml.close())
             raise
@@ -320,6 +335,28 @@ class BrokerService:
         return sorted(names)
 
     # --------------------------------------------------------------------------------- policies, periodic work
+
+    async def _topic_replication_clusters(self, topic_name: TopicName) -> Optional[list[str]]:
+        """The topic-level replication clusters (a partition follows its partitioned topic), if set."""
+        if self._topic_policies is None:
+            return None
+        base = topic_name.base if topic_name.is_partition else topic_name
+        try:
+            policies = await self._topic_policies.get(base.tenant, base.namespace_portion, str(base.domain),
+                                                      base.local_name)
+        except Exception as exc:
+            raise MetadataError(f"reading the topic policies of {base} failed: {exc}") from exc
+        return policies.replication_clusters if policies is not None else None
+
+    def _on_topic_policies(self, tenant: str, namespace: str, domain: str, topic: str, policies) -> None:
+        clusters = policies.replication_clusters if policies is not None else None
+        for loaded in list(self._topics.values()):
+            name = loaded.topic_name
+            base = name.base if name.is_partition else name
+            if (base.tenant, base.namespace_portion, str(base.domain), base.local_name) == (tenant, namespace, domain,
+                                                                                      topic) \
+                    and loaded.state is TopicState.ACTIVE:
+                loaded.spawn(loaded.set_topic_replication_clusters(clusters), f"topic policies {loaded.name}")
 
     def _on_policies(self, tenant: str, namespace: str, policies) -> None:
         for topic in list(self._topics.values()):

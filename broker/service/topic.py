@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 from broker.managed_ledger.api import InitialPosition, ManagedLedger, Position
 from magnetar.protocol import pb
+from magnetar.protocol.frames import parse_entry
 from magnetar.topic_name import TopicName
 
 from . import dedup as dedup_mod
@@ -35,6 +36,7 @@ from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, Prod
                      ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError)
 from .entries import entry_info, publish_time_of
 from .producer import AccessMode, Producer
+from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
 from .tasks import shielded
@@ -50,6 +52,11 @@ log = logging.getLogger("broker.service.topic")
 SubType = pb.CommandSubscribe.SubType
 _I64_MAX = (1 << 63) - 1
 RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME})
+
+
+def is_reserved_subscription(name: str) -> bool:
+    """Cursors the broker keeps for itself (deduplication snapshots, one per replication target)."""
+    return name in RESERVED_SUBSCRIPTIONS or is_replication_cursor(name)
 
 
 class TopicState(enum.Enum):
@@ -81,6 +88,10 @@ class Topic:
         self._policy_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._unload_requested = False
+        self.replication: Optional[TopicReplication] = None
+        self.replication_clusters: list[str] = []
+        self.topic_replication_clusters: Optional[list[str]] = None  # topic-level override, when set
+        self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, {self.state.value})"
@@ -97,13 +108,23 @@ class Topic:
 
     # --------------------------------------------------------------------------------- loading, policies
 
-    async def initialize(self, policies: Optional["Policies"]) -> None:
+    @property
+    def replicated_subscriptions(self):
+        """The replicated-subscriptions controller of this topic (None without replication)."""
+        return self.replication.replicated_subscriptions if self.replication is not None else None
+
+    async def initialize(self, policies: Optional["Policies"],
+                         topic_replication_clusters: Optional[list[str]] = None) -> None:
         for name, cursor in self.ml.cursors.items():
-            if name in RESERVED_SUBSCRIPTIONS or not getattr(cursor, "durable", True):
+            if is_reserved_subscription(name) or not getattr(cursor, "durable", True):
                 continue
             props = getattr(cursor, "properties", None) or {}
             self.subscriptions[name] = Subscription(self, name, cursor, durable=True,
                                                     replicated=bool(props.get(REPLICATED_PROPERTY)))
+        provider = self.service.replication
+        if provider is not None:
+            self.replication = provider.attach(self)
+        self.topic_replication_clusters = topic_replication_clusters
         await self.apply_policies(policies)
 
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
@@ -116,6 +137,22 @@ class Topic:
                 await self.dedup.enable()
             else:
                 await self.dedup.disable()
+            await self._apply_replication()
+
+    async def set_topic_replication_clusters(self, clusters: Optional[list[str]]) -> None:
+        """The topic-level override of the namespace's replication clusters changed (None: removed)."""
+        async with self._policy_lock:
+            self.topic_replication_clusters = clusters
+            await self._apply_replication()
+
+    async def _apply_replication(self) -> None:
+        if self.topic_replication_clusters is not None:
+            clusters = list(self.topic_replication_clusters)
+        else:
+            clusters = list(getattr(self.policies, "replication_clusters", None) or [])
+        self.replication_clusters = clusters
+        if self.replication is not None and self.state is TopicState.ACTIVE:
+            await self.replication.set_clusters(clusters)
 
     # --------------------------------------------------------------------------------- producers
 
@@ -128,6 +165,9 @@ class Topic:
         self.check_active()
         if self.ml.terminated:
             raise TopicTerminatedError(f"topic {self.name} is terminated")
+        if producer.is_replicator:  # its sends are deduplicated by origin position, whatever the policy
+            await self.dedup.track_replicated()
+            self.check_active()
         existing = self.producers.get(producer.name)
         if existing is not None and existing is not producer:
             if producer.epoch > existing.epoch or existing.connection.closed:
@@ -212,8 +252,13 @@ class Topic:
         dedup = self.dedup
         # pulsar-client (C++) sends a batch with its first sequence id and no highest one; its members are
         # numbered consecutively, so the batch covers seq .. seq + n - 1 (what the Java client would send).
-        top = highest if highest is not None else seq + max(send.num_messages, 1) - 1
-        if dedup.enabled:
+        # A replicator's sequence id is its entry's origin position, one per entry, whatever the batch size.
+        if producer.is_replicator:
+            top = seq
+        else:
+            top = highest if highest is not None else seq + max(send.num_messages, 1) - 1
+        deduplicate = dedup.applies_to(producer.name)
+        if deduplicate:
             status, fut = dedup.check(producer.name, seq, top)
             if status is dedup_mod.Status.DUPLICATE:
                 producer.track(seq, highest, fut)
@@ -223,15 +268,34 @@ class Topic:
         except Exception as exc:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
-        if dedup.enabled:
+        if deduplicate:
             dedup.pushed(producer.name, seq, top, fut)
         producer.track(seq, highest, fut)
+        if send.marker and producer.is_replicator:
+            fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
         messages = send.num_messages
         size = len(entry)
         producer.msg_in.record(messages)
         producer.bytes_in.record(size)
         self.msg_in.record(messages)
         self.bytes_in.record(size)
+        if producer.is_replicator:
+            meters = self.replication_in.get(producer.origin_cluster)
+            if meters is None:
+                meters = self.replication_in[producer.origin_cluster] = (RateMeter(), RateMeter())
+            meters[0].record(messages)
+            meters[1].record(size)
+
+    def _replicated_marker_stored(self, fut: asyncio.Future, entry: bytes) -> None:
+        """A marker replicated from another cluster is stored: the replicated-subscriptions controller reads it."""
+        if fut.cancelled() or fut.exception() is not None or self.replication is None:
+            return
+        try:
+            parsed = parse_entry(entry, require_checksum=False)
+        except Exception as exc:
+            log.warning("[%s] undecodable replicated marker at %s: %s", self.name, fut.result(), exc)
+            return
+        self.replication.on_marker(fut.result(), parsed.metadata, parsed.payload)
 
     def on_publish_failure(self, error: BrokerServiceError) -> None:
         """A write failed: the managed ledger is fenced or unusable, so the topic is unloaded and reopened by
@@ -253,7 +317,7 @@ class Topic:
     async def subscribe(self, connection: "Connection", cmd: pb.CommandSubscribe, consumer_name: str) -> Consumer:
         self.check_active()
         name = cmd.subscription
-        if not name or name in RESERVED_SUBSCRIPTIONS:
+        if not name or is_reserved_subscription(name):
             raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
         async with self._lock_for(name):
             self.check_active()
@@ -338,7 +402,7 @@ class Topic:
     async def create_subscription(self, name: str, position: Union[Position, str] = "latest") -> Subscription:
         """Admin: creates a durable subscription at ``position`` ("earliest", "latest" or a Position)."""
         self.check_active()
-        if not name or name in RESERVED_SUBSCRIPTIONS:
+        if not name or is_reserved_subscription(name):
             raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
         async with self._lock_for(name):
             if name in self.subscriptions:
@@ -361,6 +425,27 @@ class Topic:
             return await self.create_subscription(name, "earliest")
         except SubscriptionAlreadyExistsError:
             return self.subscriptions[name]
+
+    async def apply_replicated_subscription_update(self, name: str, position: Position) -> None:
+        """Another cluster's replicated subscription ``name`` passed a snapshot whose position here is
+        ``position``: the local subscription (created, replicated, when missing) moves up to it, never back."""
+        if self.state is not TopicState.ACTIVE or is_reserved_subscription(name) or not name:
+            return
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            async with self._lock_for(name):
+                sub = self.subscriptions.get(name)
+                if sub is None:
+                    cursor = await shielded(self.ml.open_cursor(name, initial_position=InitialPosition.EARLIEST))
+                    sub = Subscription(self, name, cursor, durable=True)
+                    self.subscriptions[name] = sub
+                    await sub.set_replicated(True)  # stored with the cursor
+                    log.info("[%s] replicated subscription %s created by another cluster", self.name, name)
+        if not sub.durable or sub.closed:
+            return
+        if position > self.ml.last_confirmed_position:
+            position = self.ml.last_confirmed_position
+        await sub.mark_delete_up_to(position)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         await self._subscription(name).delete(force=force)
@@ -481,6 +566,8 @@ class Topic:
             return
         self.state = TopicState.CLOSING
         await self._disconnect_all(flush=True)
+        if self.replication is not None:
+            await self.replication.close()
         await self.dedup.close()
         await self.ml.close()
         self.state = TopicState.CLOSED
@@ -513,6 +600,8 @@ class Topic:
             sub.closed = True
             sub.disconnect_consumers()
         await self._disconnect_all(flush=False)
+        if self.replication is not None:
+            await self.replication.close()
         await self.ml.delete()
         self.state = TopicState.DELETED
 
@@ -525,6 +614,26 @@ class Topic:
             p.tick()
         for s in self.subscriptions.values():
             s.tick()
+        for meters in self.replication_in.values():
+            meters[0].tick()
+            meters[1].tick()
+        if self.replication is not None:
+            self.replication.tick()
+
+    def replication_stats(self) -> dict[str, dict]:
+        """Pulsar's ``replication`` section: per remote cluster, outbound (our replicator) and inbound."""
+        out = dict(self.replication.stats()) if self.replication is not None else {}
+        for cluster, (msgs, size) in self.replication_in.items():
+            stats = out.setdefault(cluster, {"msgRateOut": 0.0, "msgThroughputOut": 0.0, "replicationBacklog": 0,
+                                             "connected": False, "replicationDelayInSeconds": 0})
+            stats["msgRateIn"] = msgs.rate()
+            stats["msgThroughputIn"] = size.rate()
+            stats["msgInCounter"] = msgs.total
+            stats["inboundConnection"] = True
+        for stats in out.values():
+            stats.setdefault("msgRateIn", 0.0)
+            stats.setdefault("msgThroughputIn", 0.0)
+        return out
 
     def stats(self) -> dict:
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
@@ -549,7 +658,7 @@ class Topic:
             "topicEpoch": self.topic_epoch,
             "publishers": [p.stats() for p in self.producers.values()],
             "subscriptions": subs,
-            "replication": {},
+            "replication": self.replication_stats(),
             "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         }

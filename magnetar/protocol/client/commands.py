@@ -99,9 +99,17 @@ def message_metadata(
 
 
 def _send_command(
-    producer_id: int, sequence_id: int, num_messages: int, highest_sequence_id: int | None, *, marker: bool = False
+    producer_id: int,
+    sequence_id: int,
+    num_messages: int,
+    highest_sequence_id: int | None,
+    *,
+    marker: bool = False,
+    source_position: tuple[int, int] | None = None,
 ) -> pb.BaseCommand:
     send = pb.CommandSend(producer_id=producer_id, sequence_id=sequence_id)
+    if source_position is not None:  # the replicator names the entry's position in its origin topic
+        send.message_id.ledgerId, send.message_id.entryId = source_position
     # pulsar-client leaves num_messages out for a single message; a count of 1 means the same.
     if num_messages != 1:
         send.num_messages = num_messages
@@ -121,9 +129,11 @@ def encode_send(
     num_messages: int = 1,
     highest_sequence_id: int | None = None,
     marker: bool = False,
+    source_position: tuple[int, int] | None = None,
 ) -> bytes:
     """A SEND frame: command, then the entry (magic, CRC32C, metadata exactly as given, payload)."""
-    cmd = _send_command(producer_id, sequence_id, num_messages, highest_sequence_id, marker=marker)
+    cmd = _send_command(producer_id, sequence_id, num_messages, highest_sequence_id, marker=marker,
+                        source_position=source_position)
     return encode_payload_command(cmd, metadata, payload)
 
 

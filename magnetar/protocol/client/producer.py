@@ -291,6 +291,8 @@ class Producer(TopicHandler):
         num_messages: int = 1,
         sequence_id: int | None = None,
         highest_sequence_id: int | None = None,
+        marker: bool = False,
+        source_position: tuple[int, int] | None = None,
     ) -> asyncio.Future[MessageId]:
         """Sends one pre-built entry, keeping ``metadata`` exactly as given; returns the receipt's future.
 
@@ -303,6 +305,10 @@ class Producer(TopicHandler):
                 pending one.
             highest_sequence_id: the last message's sequence id, for a batch whose messages carry
                 consecutive ids (deduplication then covers the whole range).
+            marker: the entry is an internal marker (``CommandSend.marker``; brokers accept it only from a
+                replicator).
+            source_position: ``(ledger_id, entry_id)`` of the entry in its origin topic
+                (``CommandSend.message_id``), which the replicator sends.
 
         Raises:
             MessageTooLargeError: the entry exceeds the broker's maximum message size.
@@ -313,7 +319,8 @@ class Producer(TopicHandler):
         self._check_size(metadata.ByteSize() + len(payload))
         seq = metadata.sequence_id if sequence_id is None else sequence_id
         frame = [encode_send(self.producer_id, seq, metadata, payload, num_messages=num_messages,
-                             highest_sequence_id=highest_sequence_id)]
+                             highest_sequence_id=highest_sequence_id, marker=marker,
+                             source_position=source_position)]
         return self._append(seq, seq if highest_sequence_id is None else highest_sequence_id, num_messages, frame)
 
     async def send_raw_entry(
