@@ -264,8 +264,8 @@ class Replicator:
         producer, self.producer = self.producer, None
         self.connected_since = None
         if producer is not None:
-            try:
-                await producer.close()
+            try:  # receipts still on their way move the cursor; the rest is re-sent (and deduplicated) later
+                await producer.close(flush_timeout_s=2.0)
             except Exception as exc:
                 log.debug("%s closing the producer: %s", self.log_prefix, exc)
 

@@ -151,6 +151,12 @@ class Deduplication:
             return
         if not self.enabled and CURSOR_NAME not in self.ml.cursors:
             return
+        stored = getattr(self.ml.cursors.get(CURSOR_NAME), "properties", None) or {}
+        if any(is_replicator(name) for name in stored):  # replicated entries arrived here: keep their state
+            self.enabled = False
+            await self.track_replicated()
+            await self.disable()
+            return
         self.enabled = False
         await self._wait_snapshot()
         self.highest_pushed.clear()
