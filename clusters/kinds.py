@@ -243,6 +243,7 @@ class BrokerKind(ProcessKind):
             "data_dir": str(plan.process_dir(inst) / "data"),
             "zookeeper": region_zk,
             "configuration_store": global_zk,
+            **self.region_urls(inst.region, plan),
         }
         bookies = plan.topology.region(inst.region).bookies
         if bookies is not None:
@@ -258,6 +259,15 @@ class BrokerKind(ProcessKind):
             + dumps_toml(config)
         )
         return magnetar_command("broker", "--config", str(path))
+
+    def region_urls(self, region: Optional[str], plan: "Plan") -> dict[str, str]:
+        """``cluster_service_url`` and ``cluster_broker_service_url``: every broker of ``region``, written as
+        Pulsar writes a multi-host service URL (one scheme, then ``host:port`` pairs separated by commas),
+        so the cluster registered in the global store lets a remote region reach any broker of this one."""
+        brokers = [i for i in plan.instances if i.kind == self.name and i.region == region]
+        http = ",".join(f"{i.host}:{i.ports['http']}" for i in brokers)
+        binary = ",".join(f"{i.host}:{i.ports['pulsar']}" for i in brokers)
+        return {"cluster_service_url": f"http://{http}", "cluster_broker_service_url": f"pulsar://{binary}"}
 
     def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
         if not self._endpoints_path(inst, plan).exists():

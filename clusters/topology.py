@@ -152,7 +152,7 @@ class BrokersSettings:
     PASSTHROUGH: ClassVar[bool] = True
     RESERVED: ClassVar[frozenset[str]] = frozenset(
         {"broker_id", "cluster", "bind_host", "advertised_host", "port", "http_port", "data_dir", "zookeeper",
-         "configuration_store"}
+         "configuration_store", "cluster_service_url", "cluster_broker_service_url"}
     )
 
     def problems(self) -> Iterator[tuple[str, str]]:

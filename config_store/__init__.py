@@ -3,19 +3,20 @@
 * :class:`MetadataStore` — the small async interface (get / create / compare-and-set / delete / children /
   watches / session events / self-healing ephemeral registrations); :class:`KazooMetadataStore` runs it on
   ZooKeeper through kazoo, :class:`MemoryMetadataStore` in memory for unit tests (with fault injection).
-* :class:`ConfigurationStore` — clusters, tenants, namespace policies, partitioned topics (``/admin/...``).
+* :class:`ConfigurationStore` — clusters, tenants, namespace policies, partitioned topics, topic policies
+  (``/admin/...``); :class:`PoliciesCache` and :class:`TopicPoliciesCache` follow policies by watches.
 * :class:`RegionStore` — bookie registrations and ledger metadata; :class:`BookieCache` follows the bookies.
 * ``models`` — the stored values and their strict, versioned JSON codec.
 
 Every error is a :class:`MetadataError`; kazoo's never escape.
 """
 
-from .configuration import ConfigurationStore, PoliciesCache
+from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
 from .memory import MemoryMetadataStore, MemoryTree
 from .models import (BookieRegistration, ClusterData, LedgerMetadata, LedgerState, PartitionedTopicMetadata,
-                     Policies, TenantInfo, Versioned)
+                     Policies, TenantInfo, TopicPolicies, Versioned)
 from .region import BookieCache, RegionStore
 from .store import EphemeralRegistration, KazooMetadataStore, MetadataStore, SessionEvent, StoreState, WatchHandle
 
@@ -24,7 +25,7 @@ __all__ = [
     "StoreState", "WatchHandle", "EphemeralRegistration",
     "MetadataError", "NotFoundError", "BadVersionError", "NodeExistsError", "NotEmptyError", "SessionLostError",
     "MetadataUnavailableError", "InvalidMetadataError", "StoreClosedError",
-    "ConfigurationStore", "PoliciesCache", "RegionStore", "BookieCache",
-    "ClusterData", "TenantInfo", "Policies", "PartitionedTopicMetadata", "BookieRegistration", "LedgerMetadata",
-    "LedgerState",
+    "ConfigurationStore", "PoliciesCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
+    "ClusterData", "TenantInfo", "Policies", "TopicPolicies", "PartitionedTopicMetadata", "BookieRegistration",
+    "LedgerMetadata", "LedgerState",
 ]

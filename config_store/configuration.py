@@ -1,4 +1,5 @@
-"""The global configuration store: clusters, tenants, namespaces (policies) and partitioned topics.
+"""The global configuration store: clusters, tenants, namespaces (policies), partitioned topics and topic
+policies.
 
 Layout (Pulsar's, in the global ZooKeeper)::
 
@@ -6,11 +7,14 @@ Layout (Pulsar's, in the global ZooKeeper)::
     /admin/tenants/<tenant>                                    TenantInfo
     /admin/policies/<tenant>/<namespace>                       Policies
     /admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>   {"version": 1, "partitions": N}
+    /admin/topic-policies/<tenant>/<ns>/<domain>/<topic>       TopicPolicies (a topic's overrides)
 
 Guarantees: a create never replaces an existing entity (NodeExistsError); every update is a read-modify-write
 by compare-and-set, retried on a lost race up to ``update_attempts_max`` times and then failed with
 BadVersionError, so a concurrent update is never overwritten; a namespace needs its tenant, a partitioned
 topic its namespace; a tenant (namespace) with namespaces (partitioned topics) is not deleted (NotEmptyError).
+Topic policies need their namespace too, and go with it: deleting a namespace deletes its topic policies
+(they are overrides, not entities); a TopicPolicies with nothing set is stored as no node at all.
 Names are checked before any I/O. Cross-entity checks are not atomic (ZooKeeper multi-ops are not used), so
 a create racing the deletion of its parent entity can leave an orphan, as in Pulsar.
 """
@@ -21,11 +25,11 @@ import asyncio
 import copy
 import logging
 import re
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from .errors import (BadVersionError, InvalidMetadataError, MetadataUnavailableError, NodeExistsError,
                      NotEmptyError, NotFoundError)
-from .models import ClusterData, PartitionedTopicMetadata, Policies, TenantInfo, Versioned
+from .models import ClusterData, PartitionedTopicMetadata, Policies, TenantInfo, TopicPolicies, Versioned
 from .store import MetadataStore, WatchHandle
 
 log = logging.getLogger("config_store")
@@ -36,6 +40,7 @@ CLUSTERS = "/admin/clusters"
 TENANTS = "/admin/tenants"
 POLICIES = "/admin/policies"
 PARTITIONED_TOPICS = "/admin/partitioned-topics"
+TOPIC_POLICIES = "/admin/topic-policies"
 DOMAINS = ("persistent", "non-persistent")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")  # Pulsar's NamedEntity charset: [-=:.\w]
@@ -164,6 +169,7 @@ class ConfigurationStore:
         except NotEmptyError as e:
             raise NotEmptyError(f"tenant '{name}' got a new namespace while being deleted") from e
         await self.store.delete(f"{PARTITIONED_TOPICS}/{name}", recursive=True)  # only empty folders remain
+        await self.store.delete(f"{TOPIC_POLICIES}/{name}", recursive=True)  # likewise
         await self._delete(path, f"tenant '{name}'", expected_version)
 
     # ------------------------------------------------------------------------------------------ namespaces
@@ -205,6 +211,7 @@ class ConfigurationStore:
         for domain in DOMAINS:
             await self._delete_if_empty(f"{topics_root}/{domain}")
         await self._delete_if_empty(topics_root)
+        await self.store.delete(f"{TOPIC_POLICIES}/{tenant}/{namespace}", recursive=True)
 
     async def _delete_if_empty(self, path: str) -> None:
         try:
@@ -217,7 +224,12 @@ class ConfigurationStore:
         """Calls ``callback(Policies | None)`` on the loop with the current policies (before returning) and
         after every change; None while the namespace does not exist. Corrupt values are logged, not
         delivered. Cancel the returned handle to stop."""
-        path = self.namespace_path(tenant, namespace)
+        return await self._watch_value(self.namespace_path(tenant, namespace), Policies.from_json, callback,
+                                       timeout_s=timeout_s)
+
+    async def _watch_value(self, path: str, decode: Callable[[bytes], T], callback: Callable[[T | None], Any], *,
+                           timeout_s: float) -> WatchHandle:
+        """Watches ``path``: ``callback(decode(value) | None)`` now (before returning) and after each change."""
         first = asyncio.Event()
 
         def on_data(versioned: Versioned[bytes] | None) -> Any:
@@ -225,11 +237,11 @@ class ConfigurationStore:
             if versioned is None:
                 return callback(None)
             try:
-                policies = Policies.from_json(versioned.value)
+                value = decode(versioned.value)
             except InvalidMetadataError as e:
-                log.error("ignoring corrupt policies at %s (version %d): %s", path, versioned.version, e)
+                log.error("ignoring corrupt value at %s (version %d): %s", path, versioned.version, e)
                 return None
-            return callback(policies)
+            return callback(value)
 
         handle = self.store.watch_data(path, on_data)
         try:
@@ -295,32 +307,122 @@ class ConfigurationStore:
         return await self._list(f"{PARTITIONED_TOPICS}/{check_name('tenant', tenant)}/"
                                 f"{check_name('namespace', namespace)}/{_check_domain(domain)}")
 
+    # ------------------------------------------------------------------------------------------ topic policies
 
-class PoliciesCache:
-    """Namespace policies served from memory, kept fresh by watches.
+    @staticmethod
+    def topic_policies_path(tenant: str, namespace: str, domain: str, topic: str) -> str:
+        return (f"{TOPIC_POLICIES}/{check_name('tenant', tenant)}/{check_name('namespace', namespace)}/"
+                f"{_check_domain(domain)}/{check_name('topic', topic)}")
 
-    The first ``get`` of a namespace reads it and arms a watch; later calls cost no I/O and see every change
-    within a watch round trip. At most ``entries_max`` namespaces are watched (least recently used dropped).
+    async def get_topic_policies(self, tenant: str, namespace: str, domain: str,
+                                 topic: str) -> Versioned[TopicPolicies]:
+        """The topic's own policies; NotFoundError when it has none (the namespace's apply)."""
+        path = self.topic_policies_path(tenant, namespace, domain, topic)
+        return await self._read(path, f"topic policies of {domain}://{tenant}/{namespace}/{topic}",
+                                TopicPolicies.from_json)
+
+    async def set_topic_policies(self, tenant: str, namespace: str, domain: str, topic: str,
+                                 policies: TopicPolicies | Callable[[TopicPolicies], TopicPolicies]
+                                 ) -> Versioned[TopicPolicies]:
+        """Stores the topic's policies (a value, or ``fn(old) -> new`` where ``old`` is an empty TopicPolicies
+        when none are stored): created, or updated by compare-and-set, retried on a lost race up to
+        ``update_attempts_max`` times. A result with nothing set deletes the node (version -1 is returned).
+        NotFoundError if the namespace does not exist."""
+        path = self.topic_policies_path(tenant, namespace, domain, topic)
+        what = f"topic policies of {domain}://{tenant}/{namespace}/{topic}"
+        choose = policies if callable(policies) else (lambda _old: copy.deepcopy(policies))
+        for attempt in range(1, self.update_attempts_max + 1):
+            current = await self.store.get(path)
+            old = TopicPolicies() if current is None else self._decode(path, current.value, TopicPolicies.from_json)
+            new = choose(old)
+            if not isinstance(new, TopicPolicies):
+                raise InvalidMetadataError(f"update of {what}: expected TopicPolicies, got {type(new).__name__}")
+            try:
+                return Versioned(new, await self._put_topic_policies(path, current, new, tenant, namespace))
+            except (BadVersionError, NodeExistsError):
+                pass
+            except NotFoundError:
+                if current is None:
+                    raise  # the namespace does not exist
+            log.debug("update of %s lost a race (attempt %d); re-reading", what, attempt)
+        raise BadVersionError(f"update of {what} ({path}) lost {self.update_attempts_max} races in a row; giving up")
+
+    async def _put_topic_policies(self, path: str, current: Versioned[bytes] | None, new: TopicPolicies,
+                                  tenant: str, namespace: str) -> int:
+        """One write of :meth:`set_topic_policies`; the new version (-1: nothing stored)."""
+        if new.is_empty():
+            if current is not None:
+                await self.store.delete(path, expected_version=current.version)
+            return -1
+        if current is not None:
+            return await self.store.set(path, new.to_json(), expected_version=current.version)
+        ns_path = self.namespace_path(tenant, namespace)
+        if await self.store.exists(ns_path) is None:
+            raise NotFoundError(f"namespace '{tenant}/{namespace}' does not exist ({ns_path})")
+        await self.store.create(path, new.to_json(), make_parents=True)
+        return 0
+
+    async def delete_topic_policies(self, tenant: str, namespace: str, domain: str, topic: str, *,
+                                    expected_version: int = -1) -> None:
+        """Deletes every topic-level policy of the topic; NotFoundError if it has none."""
+        path = self.topic_policies_path(tenant, namespace, domain, topic)
+        await self._delete(path, f"topic policies of {domain}://{tenant}/{namespace}/{topic}", expected_version)
+
+    async def list_topic_policies(self, tenant: str, namespace: str, domain: str) -> list[str]:
+        """Local names of the namespace's topics that have topic-level policies in ``domain``."""
+        return await self._list(f"{TOPIC_POLICIES}/{check_name('tenant', tenant)}/"
+                                f"{check_name('namespace', namespace)}/{_check_domain(domain)}")
+
+    async def watch_topic_policies(self, tenant: str, namespace: str, domain: str, topic: str,
+                                   callback: Callable[[TopicPolicies | None], Any], *,
+                                   timeout_s: float = 30.0) -> WatchHandle:
+        """Like :meth:`watch_policies`, for a topic's own policies (None while it has none)."""
+        return await self._watch_value(self.topic_policies_path(tenant, namespace, domain, topic),
+                                       TopicPolicies.from_json, callback, timeout_s=timeout_s)
+
+    def topic_policies_cache(self) -> "TopicPoliciesCache":
+        return TopicPoliciesCache(self)
+
+    @staticmethod
+    def _decode(path: str, data: bytes, decode: Callable[[bytes], T]) -> T:
+        try:
+            return decode(data)
+        except InvalidMetadataError as e:
+            raise InvalidMetadataError(f"{path}: {e}") from None
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _WatchedCache(Generic[K, V]):
+    """Values served from memory, kept fresh by watches (the shared part of the caches below).
+
+    The first ``get`` of a key reads it and arms a watch; later calls cost no I/O and see every change
+    within a watch round trip. At most ``entries_max`` keys are watched (least recently used dropped).
     Values handed out are copies: mutating one does not touch the cache.
     """
+
+    _what = "cache"
 
     def __init__(self, config: ConfigurationStore, *, entries_max: int = 10_000) -> None:
         self._config = config
         self._entries_max = entries_max
-        self._values: dict[tuple[str, str], Policies | None] = {}
-        self._handles: dict[tuple[str, str], WatchHandle] = {}
-        self._listeners: list[Callable[[str, str, Policies | None], Any]] = []
+        self._values: dict[K, V | None] = {}
+        self._handles: dict[K, WatchHandle] = {}
+        self._listeners: list[Callable[..., Any]] = []
         self._closed = False
 
-    async def get(self, tenant: str, namespace: str) -> Policies | None:
-        """The namespace's policies, or None if it does not exist."""
+    async def _watch(self, key: K, callback: Callable[[V | None], Any]) -> WatchHandle:
+        raise NotImplementedError
+
+    async def _get(self, key: K) -> V | None:
         if self._closed:
-            raise RuntimeError("PoliciesCache is closed")
-        key = (tenant, namespace)
+            raise RuntimeError(f"{type(self).__name__} is closed")
         if key in self._handles:
             self._handles[key] = self._handles.pop(key)  # most recently used last
         else:
-            handle = await self._config.watch_policies(tenant, namespace, lambda p: self._on_change(key, p))
+            handle = await self._watch(key, lambda v: self._on_change(key, v))
             if key in self._handles or self._closed:
                 handle.cancel()  # a concurrent get() armed the same watch first
             else:
@@ -331,23 +433,22 @@ class PoliciesCache:
                     self._values.pop(oldest, None)
         return copy.deepcopy(self._values.get(key))
 
-    def get_cached(self, tenant: str, namespace: str) -> Policies | None:
-        """What the cache holds right now (no I/O; None if unknown or absent)."""
-        return copy.deepcopy(self._values.get((tenant, namespace)))
+    def _get_cached(self, key: K) -> V | None:
+        return copy.deepcopy(self._values.get(key))
 
-    def add_listener(self, callback: Callable[[str, str, Policies | None], Any]) -> None:
-        """``callback(tenant, namespace, policies)`` on the loop after each change of a cached namespace."""
+    def add_listener(self, callback: Callable[..., Any]) -> None:
+        """``callback(*key, value)`` on the loop after each change of a cached key (see the subclasses)."""
         self._listeners.append(callback)
 
-    def _on_change(self, key: tuple[str, str], policies: Policies | None) -> None:
+    def _on_change(self, key: K, value: V | None) -> None:
         if self._closed:
             return
-        self._values[key] = policies
+        self._values[key] = value
         for listener in list(self._listeners):
             try:
-                listener(key[0], key[1], copy.deepcopy(policies))
+                listener(*key, copy.deepcopy(value))
             except Exception:
-                log.exception("policies cache listener failed")
+                log.exception("%s listener failed", self._what)
 
     def close(self) -> None:
         """Cancels every watch; idempotent."""
@@ -356,3 +457,46 @@ class PoliciesCache:
             handle.cancel()
         self._handles.clear()
         self._values.clear()
+
+
+class PoliciesCache(_WatchedCache[tuple[str, str], Policies]):
+    """Namespace policies served from memory, kept fresh by watches (see :class:`_WatchedCache`).
+
+    Listeners are called as ``callback(tenant, namespace, Policies | None)``.
+    """
+
+    _what = "policies cache"
+
+    async def _watch(self, key: tuple[str, str], callback: Callable[[Policies | None], Any]) -> WatchHandle:
+        return await self._config.watch_policies(*key, callback)
+
+    async def get(self, tenant: str, namespace: str) -> Policies | None:
+        """The namespace's policies, or None if it does not exist."""
+        return await self._get((tenant, namespace))
+
+    def get_cached(self, tenant: str, namespace: str) -> Policies | None:
+        """What the cache holds right now (no I/O; None if unknown or absent)."""
+        return self._get_cached((tenant, namespace))
+
+
+class TopicPoliciesCache(_WatchedCache[tuple[str, str, str, str], TopicPolicies]):
+    """Topics' own policies served from memory, kept fresh by watches (see :class:`_WatchedCache`).
+
+    Keys are ``(tenant, namespace, domain, topic)`` with the topic's local name; a partitioned topic's
+    policies are under its base name. Listeners are called as
+    ``callback(tenant, namespace, domain, topic, TopicPolicies | None)``.
+    """
+
+    _what = "topic policies cache"
+
+    async def _watch(self, key: tuple[str, str, str, str],
+                     callback: Callable[[TopicPolicies | None], Any]) -> WatchHandle:
+        return await self._config.watch_topic_policies(*key, callback)
+
+    async def get(self, tenant: str, namespace: str, domain: str, topic: str) -> TopicPolicies | None:
+        """The topic's own policies, or None if it has none."""
+        return await self._get((tenant, namespace, domain, topic))
+
+    def get_cached(self, tenant: str, namespace: str, domain: str, topic: str) -> TopicPolicies | None:
+        """What the cache holds right now (no I/O; None if unknown or absent)."""
+        return self._get_cached((tenant, namespace, domain, topic))

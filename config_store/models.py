@@ -89,6 +89,14 @@ def _str_list(kind: str, obj: dict[str, Any], key: str) -> list[str]:
     return list(value)
 
 
+def _str_list_or_none(kind: str, obj: dict[str, Any], key: str) -> list[str] | None:
+    """A list of strings, or None when the field is absent or null (a policy that is not set)."""
+    value = _field(kind, obj, key, list, None, nullable=True)
+    if value is not None and not all(isinstance(v, str) for v in value):
+        raise InvalidMetadataError(f"{kind}: field '{key}' must be a list of strings")
+    return None if value is None else list(value)
+
+
 def _str_dict(kind: str, obj: dict[str, Any], key: str) -> dict[str, str]:
     value = _field(kind, obj, key, dict, dict)
     if not all(isinstance(v, str) for v in value.values()):
@@ -190,6 +198,31 @@ class Policies:
             bundles=_field(k, o, "bundles", dict, None, nullable=True),
             auth_roles=auth_roles,
         )
+
+
+@dataclass
+class TopicPolicies:
+    """A topic's own policies, overriding its namespace's (Pulsar ``TopicPolicies``; only the fields Magnetar
+    uses so far — add more freely).
+
+    ``None`` means "not set at topic level": the namespace's policy applies, as in Pulsar. The policies of a
+    partitioned topic are stored under its base name and cover every partition.
+    """
+
+    replication_clusters: list[str] | None = None
+
+    def is_empty(self) -> bool:
+        """True when nothing is set at topic level (every field None)."""
+        return all(getattr(self, f.name) is None for f in dataclasses.fields(self))
+
+    def to_json(self) -> bytes:
+        clusters = None if self.replication_clusters is None else list(self.replication_clusters)
+        return _dumps("TopicPolicies", {"replicationClusters": clusters})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "TopicPolicies":
+        k, o = "TopicPolicies", _loads("TopicPolicies", data)
+        return cls(replication_clusters=_str_list_or_none(k, o, "replicationClusters"))
 
 
 @dataclass(frozen=True)

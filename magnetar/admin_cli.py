@@ -228,6 +228,32 @@ def clusters_create(
     _done(f"created cluster {name}")
 
 
+@clusters_app.command("update")
+def clusters_update(
+    name: str,
+    service_url: Optional[str] = typer.Option(None, "--service-url",
+                                              help="HTTP URL of the cluster's brokers (http://h1:p1,h2:p2)."),
+    broker_service_url: Optional[str] = typer.Option(None, "--broker-service-url",
+                                                     help="pulsar:// URL of the cluster (pulsar://h1:p1,h2:p2)."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Change a cluster's URLs (only those given)."""
+    body = {key: value for key, value in (("serviceUrl", service_url), ("brokerServiceUrl", broker_service_url))
+            if value is not None}
+    if not body:
+        typer.secho("error: give --service-url and/or --broker-service-url", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    _call(url, data_dir, "POST", f"/admin/v2/clusters/{_seg(name)}", body)
+    _done(f"updated cluster {name}")
+
+
+@clusters_app.command("delete")
+def clusters_delete(name: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Remove a cluster from the configuration store (not the one the broker asked serves)."""
+    _call(url, data_dir, "DELETE", f"/admin/v2/clusters/{_seg(name)}")
+    _done(f"deleted cluster {name}")
+
+
 # ---------------------------------------------------------------------------------------------- tenants
 
 
@@ -342,6 +368,26 @@ def namespaces_set_message_ttl(namespace: str, seconds: int, url: Optional[str] 
     """Set the message TTL of a namespace (seconds)."""
     _call(url, data_dir, "POST", f"/admin/v2/namespaces/{_namespace(namespace)}/messageTTL", seconds)
     _done(f"message TTL of {namespace}: {seconds} s")
+
+
+ClustersOpt = typer.Option(..., "--clusters", help="Comma-separated cluster names, e.g. us-east,eu-west.")
+
+
+@namespaces_app.command("set-clusters")
+def namespaces_set_clusters(namespace: str, clusters: str = ClustersOpt, url: Optional[str] = UrlOpt,
+                            data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Set the clusters a namespace's topics are replicated to (each must be allowed for the tenant)."""
+    names = _split(clusters)
+    _call(url, data_dir, "POST", f"/admin/v2/namespaces/{_namespace(namespace)}/replication", names)
+    _done(f"replication clusters of {namespace}: {', '.join(names)}")
+
+
+@namespaces_app.command("get-clusters")
+def namespaces_get_clusters(namespace: str, url: Optional[str] = UrlOpt,
+                            data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Show the clusters a namespace's topics are replicated to."""
+    _emit(_call(url, data_dir, "GET", f"/admin/v2/namespaces/{_namespace(namespace)}/replication"), as_json,
+          column="cluster")
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -521,6 +567,36 @@ def topics_terminate(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional
     """Terminate a topic: no more publishing; consumers are told when they reach its end."""
     name = _topic(topic)
     _emit(_call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/terminate"), as_json, title=f"last message of {name}")
+
+
+@topics_app.command("set-replication-clusters")
+def topics_set_replication_clusters(topic: str, clusters: str = ClustersOpt, url: Optional[str] = UrlOpt,
+                                    data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Replicate one topic to these clusters instead of its namespace's (a partitioned topic: all partitions)."""
+    name, names = _topic(topic), _split(clusters)
+    _call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/replication", names)
+    _done(f"replication clusters of {name}: {', '.join(names)}")
+
+
+@topics_app.command("get-replication-clusters")
+def topics_get_replication_clusters(
+    topic: str,
+    applied: bool = typer.Option(False, "--applied", help="When the topic has no override, show the namespace's."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Show a topic's own replication clusters ("(not set)" / null: its namespace's apply)."""
+    name = _topic(topic)
+    query = "?applied=true" if applied else ""
+    _emit(_call(url, data_dir, "GET", f"/admin/v2/{name.rest_path}/replication{query}"), as_json, column="cluster")
+
+
+@topics_app.command("remove-replication-clusters")
+def topics_remove_replication_clusters(topic: str, url: Optional[str] = UrlOpt,
+                                       data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Drop a topic's replication override: its namespace's clusters apply again."""
+    name = _topic(topic)
+    _call(url, data_dir, "DELETE", f"/admin/v2/{name.rest_path}/replication")
+    _done(f"removed the replication clusters of {name}; the namespace's apply")
 
 
 @namespaces_app.command("unload")

@@ -13,6 +13,7 @@ has replicated subscriptions, takes snapshots of its own.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -21,7 +22,9 @@ from broker.managed_ledger.api import Position
 from magnetar.protocol import pb
 
 from .clients import RemoteClients
+from .markers import encode_marker_entry
 from .replicator import Replicator
+from .snapshots import ReplicatedSubscriptionsController
 
 if TYPE_CHECKING:
     from config_store import ConfigurationStore
@@ -47,12 +50,14 @@ class TopicReplicators:
         self.service = service
         self.topic = topic
         self.replicators: dict[str, Replicator] = {}
-        self._controller: Optional[Any] = None
+        self._controller: Optional[ReplicatedSubscriptionsController] = None
+        self._markers: collections.deque[tuple[Position, pb.MessageMetadata, bytes]] = collections.deque()
+        self._marker_task: Optional[asyncio.Task] = None
         self._lock = asyncio.Lock()
         self._closed = False
 
     @property
-    def replicated_subscriptions(self) -> Optional[Any]:
+    def replicated_subscriptions(self) -> Optional[ReplicatedSubscriptionsController]:
         return self._controller
 
     def remote_clusters(self) -> list[str]:
@@ -83,11 +88,7 @@ class TopicReplicators:
                 controller, self._controller = self._controller, None
                 await controller.close()
 
-    def _new_controller(self) -> Optional[Any]:
-        try:  # TEMPORARY until replicator.snapshots lands
-            from .snapshots import ReplicatedSubscriptionsController
-        except ImportError:
-            return None
+    def _new_controller(self) -> ReplicatedSubscriptionsController:
 
         topic = self.topic
         settings = self.service.settings
@@ -99,18 +100,25 @@ class TopicReplicators:
             snapshot_interval_s=settings.snapshot_interval_s, snapshot_timeout_s=settings.snapshot_timeout_s)
 
     async def _write_marker(self, marker_type: int, message: Any, replicate_to: Sequence[str]) -> Position:
-        from .markers import encode_marker_entry
-
         entry = encode_marker_entry(marker_type, message, replicate_to=replicate_to)
         return await self.topic.ml.add_entry(entry)
 
     def on_marker(self, position: Position, metadata: pb.MessageMetadata, payload: bytes) -> None:
-        controller = self._controller
-        if controller is None:
+        """Queues a replicated marker for the controller; markers are handled one at a time, in stored order."""
+        if self._controller is None:
             return
-        task = asyncio.get_running_loop().create_task(controller.on_marker(position, metadata, payload),
-                                                      name=f"marker {self.topic.name} {position}")
-        task.add_done_callback(_log_failure)
+        self._markers.append((position, metadata, payload))
+        if self._marker_task is None or self._marker_task.done():
+            self._marker_task = asyncio.get_running_loop().create_task(
+                self._handle_markers(), name=f"markers {self.topic.name}")
+            self._marker_task.add_done_callback(_log_failure)
+
+    async def _handle_markers(self) -> None:
+        while self._markers:
+            position, metadata, payload = self._markers.popleft()
+            controller = self._controller
+            if controller is not None:
+                await controller.on_marker(position, metadata, payload)
 
     def tick(self) -> None:
         for replicator in self.replicators.values():
@@ -125,6 +133,9 @@ class TopicReplicators:
             if self._controller is not None:
                 controller, self._controller = self._controller, None
                 await controller.close()
+            if self._marker_task is not None:
+                self._marker_task.cancel()
+                await asyncio.gather(self._marker_task, return_exceptions=True)
             replicators, self.replicators = list(self.replicators.values()), {}
             await asyncio.gather(*(r.close() for r in replicators), return_exceptions=True)
 

@@ -4,24 +4,25 @@ subscriptions.
 Every operation on one topic runs at the topic's owner: a broker that does not serve the topic answers
 307 to the owner (or to the broker it assigns the bundle to, with ``authoritative=true``), as Pulsar does;
 ``magnetar admin`` and pulsar-admin follow it. Calls that span partitions fan out over HTTP to each
-partition's owner (through this broker's own URL, so the same redirects apply).
+partition's owner (through this broker's own URL, so the same redirects apply). Topic policies live in the
+global configuration store, so any broker of any region answers them without a redirect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
 from broker.managed_ledger.api import Position
-from config_store import NodeExistsError, NotFoundError
+from config_store import NodeExistsError, NotFoundError, TopicPolicies
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from .body import ABSENT, expect_int, expect_object, path_int, query_bool, read_json, topic_of
+from .body import ABSENT, expect_int, expect_object, expect_str_list, path_int, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import RestError, bad_request, conflict, not_found
+from .errors import RestError, bad_request, conflict, not_found, precondition_failed
 from .keys import CONTEXT
 
 routes = web.RouteTableDef()
@@ -460,3 +461,86 @@ async def terminate_topic(request: web.Request) -> web.Response:
     _, _, served = await _served_topic(request)
     position = await served.terminate()
     return web.json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": -1})
+
+
+# ---------------------------------------------------------------------------------------------- topic policies
+
+
+def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
+    """``(tenant, namespace, domain, local name)``: where the topic's policies are stored, for the name as
+    given (a partitioned topic's base name covers its partitions)."""
+    return topic.tenant, topic.namespace_portion, topic.domain.value, topic.local_name
+
+
+def _replication_clusters(body: Any) -> list[str]:
+    """A replication-cluster list, checked as ``POST .../namespaces/{t}/{ns}/replication`` checks it."""
+    clusters = expect_str_list(body, "the replication clusters")
+    if not clusters:
+        raise precondition_failed("the replication clusters must not be empty")
+    if len(set(clusters)) != len(clusters):
+        raise bad_request(f"the replication clusters repeat a cluster: {clusters}")
+    return clusters
+
+
+async def _check_clusters(ctx: AdminContext, tenant: str, clusters: list[str]) -> None:
+    # The namespace routes import this module, so their helper is imported at call time (no import cycle).
+    from .namespaces import _check_clusters as check
+
+    await check(ctx, tenant, clusters)
+
+
+@routes.get(T + "/{topic}/replication")
+async def get_replication_clusters(request: web.Request) -> web.Response:
+    """The topic's own replication clusters; 204 without a body when it has none, as Pulsar answers (with
+    ``applied=true``: the namespace's then). The topic need not exist yet."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    applied = query_bool(request, "applied")
+    namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
+    try:
+        clusters = (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value.replication_clusters
+    except NotFoundError:
+        clusters = None
+    if clusters is None and applied:
+        clusters = namespace_policies.replication_clusters
+    return web.Response(status=204) if clusters is None else web.json_response(clusters)
+
+
+@routes.post(T + "/{topic}/replication")
+async def set_replication_clusters(request: web.Request) -> web.Response:
+    """Overrides the namespace's replication clusters for this topic (a JSON list of cluster names)."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    clusters = _replication_clusters(await read_json(request))
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+    await _check_clusters(ctx, topic.tenant, clusters)
+
+    def apply(p: TopicPolicies) -> TopicPolicies:
+        p.replication_clusters = list(clusters)
+        return p
+
+    await _set_topic_policies(ctx, topic, apply)
+    return web.Response(status=204)
+
+
+@routes.delete(T + "/{topic}/replication")
+async def remove_replication_clusters(request: web.Request) -> web.Response:
+    """Removes the topic's override: the namespace's replication clusters apply again (204 if none was set)."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+
+    def clear(p: TopicPolicies) -> TopicPolicies:
+        p.replication_clusters = None
+        return p
+
+    await _set_topic_policies(ctx, topic, clear)
+    return web.Response(status=204)
+
+
+async def _set_topic_policies(ctx: AdminContext, topic: TopicName,
+                              fn: Callable[[TopicPolicies], TopicPolicies]) -> None:
+    try:
+        await ctx.configuration.set_topic_policies(*_policies_key(topic), fn)
+    except NotFoundError:
+        raise not_found(f"Namespace {topic.namespace} does not exist") from None

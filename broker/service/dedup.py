@@ -44,6 +44,7 @@ log = logging.getLogger("broker.service.dedup")
 CURSOR_NAME = "pulsar.dedup"
 REPLICATOR_PREFIX = "pulsar.repl."
 SOURCE_POSITION_PROPERTY = "__magnetar.repl.source_position"
+REPLICATED_FLAG = "__replicated"  # snapshot-cursor property: replicated entries are (or were) stored here
 _NO_POSITION = Position(-1, -1)
 _RECOVERY_READ_BATCH = 500
 
@@ -119,10 +120,18 @@ class Deduplication:
             await self._open_locked(for_all=for_all)
 
     async def _open_locked(self, *, for_all: bool) -> None:
-        cursor = await shielded(self.ml.open_cursor(CURSOR_NAME, initial_position=InitialPosition.EARLIEST))
+        # A new snapshot cursor starts at the beginning, so that enabling deduplication learns from what is
+        # stored; for replicators alone it starts at the end: no replicated entry can predate the cursor,
+        # since the cursor is created before the first one is stored and is kept (REPLICATED_FLAG) after.
+        initial = InitialPosition.EARLIEST if for_all or CURSOR_NAME in self.ml.cursors else InitialPosition.LATEST
+        cursor = await shielded(self.ml.open_cursor(CURSOR_NAME, initial_position=initial))
         self._cursor = cursor
         props = dict(getattr(cursor, "properties", None) or {})
-        self.highest_persisted = {k: int(v) for k, v in props.items() if for_all or is_replicator(k)}
+        if not for_all and not props.get(REPLICATED_FLAG) and self.supports_snapshot:
+            props[REPLICATED_FLAG] = 1
+            await shielded(cursor.mark_delete(cursor.mark_delete_position, properties=props))
+        self.highest_persisted = {k: int(v) for k, v in props.items()
+                                  if k != REPLICATED_FLAG and (for_all or is_replicator(k))}
         replayed = 0
         reader = self.ml.new_non_durable_cursor(cursor.mark_delete_position, name="pulsar.dedup.recovery")
         while True:
@@ -152,7 +161,7 @@ class Deduplication:
         if not self.enabled and CURSOR_NAME not in self.ml.cursors:
             return
         stored = getattr(self.ml.cursors.get(CURSOR_NAME), "properties", None) or {}
-        if any(is_replicator(name) for name in stored):  # replicated entries arrived here: keep their state
+        if stored.get(REPLICATED_FLAG) or any(is_replicator(n) for n in stored):  # keep the replicators' state
             self.enabled = False
             await self.track_replicated()
             await self.disable()
@@ -266,7 +275,10 @@ class Deduplication:
         if position < cursor.mark_delete_position:
             return
         try:
-            await shielded(cursor.mark_delete(position, properties=dict(self.highest_persisted)))
+            props = dict(self.highest_persisted)
+            if self.replicated:
+                props[REPLICATED_FLAG] = 1
+            await shielded(cursor.mark_delete(position, properties=props))
         except Exception as exc:
             log.warning("%s snapshot at %s failed: %s", self.log_prefix, position, exc)
 

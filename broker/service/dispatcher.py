@@ -25,7 +25,8 @@ requires) and then sends REACHED_END_OF_TOPIC to each consumer, once per consume
 a consumer joining later is told on its first idle round). Termination itself wakes every dispatcher.
 
 Filtering: entries already acknowledged (the cursor says so, or an acknowledgement is queued for it) are
-skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered.
+skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered. A
+replicated subscription first keeps the snapshots that SNAPSHOT markers carry (``on_snapshot_marker``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ import logging
 from typing import TYPE_CHECKING, Optional
 
 from broker.managed_ledger.api import Entry, Position
+from magnetar.protocol import pb
 
-from .entries import EntryInfo, entry_info, int_to_ack_set
+from .entries import EntryInfo, entry_info, entry_payload, int_to_ack_set
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -202,6 +204,8 @@ class Dispatcher:
                 continue
             info = entry_info(entry.data)
             if info.marker:
+                if sub.replicated and info.metadata.marker_type == pb.REPLICATED_SUBSCRIPTION_SNAPSHOT:
+                    sub.on_snapshot_marker(entry.position, info.metadata, entry_payload(entry.data))
                 sub.ack_marker(entry.position)
                 continue
             out.append((entry, info))

@@ -62,6 +62,12 @@ def peek_metadata(entry: bytes) -> pb.MessageMetadata:
         raise ProtocolError(f"undecodable message metadata: {exc}") from None
 
 
+def entry_payload(entry: bytes) -> bytes:
+    """The bytes after the entry's metadata (e.g. a marker's message). Raises ProtocolError for bytes that
+    are not an entry."""
+    return entry[_metadata_span(entry)[1]:]
+
+
 def entry_info(entry: bytes) -> EntryInfo:
     """Message count and marker flag; an undecodable entry counts as one ordinary message."""
     try:

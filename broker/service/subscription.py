@@ -13,6 +13,11 @@ redelivery of the entry, and deletes the entry once no bit is left. This state i
 
 Seek (``reset``) and unsubscribe (``delete``) run under ``_op_lock``, like ``add_consumer``: a consumer
 reconnecting after a seek waits for the reset to finish instead of reading from the old position.
+
+Replicated subscriptions (``replicate_subscription_state``) keep the snapshots their dispatcher reads in a
+cache made by the topic's replicated-subscriptions controller; whenever the mark-delete position moves
+(ack worker, skip/expire, seek) the newest snapshot it passed goes to the controller, which writes the
+UPDATE marker that moves the subscription in the other clusters. Without a controller nothing happens.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from broker.managed_ledger.api import ManagedCursor, Position
 from magnetar.protocol import pb
+from magnetar.protocol.errors import ProtocolError
 
 from .consumer import Consumer
 from .dispatcher import Dispatcher
@@ -53,6 +59,24 @@ def signed(value: int) -> int:
 
 def position_of(mid: pb.MessageIdData) -> Position:
     return Position(signed(mid.ledgerId), signed(mid.entryId))
+
+
+class SnapshotCacheHook(Protocol):
+    """A replicated subscription's cache of snapshots (``replicator.SnapshotCache``)."""
+
+    def add_marker(self, metadata: pb.MessageMetadata, payload: bytes) -> None: ...
+
+    def advance(self, mark_delete: Position) -> Optional[dict[str, Position]]: ...
+
+
+class ReplicatedSubscriptionsHook(Protocol):
+    """What a subscription needs of its topic's ``replicator.ReplicatedSubscriptionsController`` (the broker
+    does not import the replicator room; the topic hands the controller over as
+    ``Topic.replicated_subscriptions``)."""
+
+    def new_snapshot_cache(self) -> SnapshotCacheHook: ...
+
+    def subscription_advanced(self, subscription_name: str, clusters: dict[str, Position]) -> None: ...
 
 
 class Subscription:
@@ -84,6 +108,7 @@ class Subscription:
         self.msg_expired = RateMeter()
         self.last_expire_ms = 0
         self.last_md_advanced_ms = 0
+        self._snapshots: Optional[SnapshotCacheHook] = None
         self.log_prefix = f"[{topic.name}][{name}]"
 
     def log_debug(self, text: str) -> None:
@@ -309,6 +334,7 @@ class Subscription:
             if self.cursor.mark_delete_position != before:
                 self.last_md_advanced_ms = int(time.time() * 1000)
                 self._wake_dispatcher()
+                self._snapshots_passed()
 
     async def _delete_positions(self, positions: list[Position]) -> None:
         """Individual deletes; a position the ledger does not have (a client acknowledging garbage) must not
@@ -343,6 +369,8 @@ class Subscription:
         if replicated == self.replicated or not self.durable:
             return
         self.replicated = replicated
+        if not replicated:
+            self._snapshots = None
         await self.drain_acks()
         await shielded(self.cursor.mark_delete(self.cursor.mark_delete_position,
                                                properties={REPLICATED_PROPERTY: 1 if replicated else 0}))
@@ -350,6 +378,33 @@ class Subscription:
     def _wake_dispatcher(self) -> None:
         if self.dispatcher is not None:
             self.dispatcher.wake()
+
+    # --------------------------------------------------------------------------------- replicated snapshots
+
+    def _controller(self) -> Optional[ReplicatedSubscriptionsHook]:
+        return getattr(self.topic, "replicated_subscriptions", None) if self.replicated else None
+
+    def on_snapshot_marker(self, position: Position, metadata: pb.MessageMetadata, payload: bytes) -> None:
+        """A dispatcher met a SNAPSHOT marker at ``position``: keep its snapshot until mark-delete passes it."""
+        controller = self._controller()
+        if controller is None:
+            return
+        if self._snapshots is None:
+            self._snapshots = controller.new_snapshot_cache()
+        try:
+            self._snapshots.add_marker(metadata, payload)
+        except ProtocolError as exc:
+            log.warning("%s ignoring the snapshot marker at %s: %s", self.log_prefix, position, exc)
+
+    def _snapshots_passed(self) -> None:
+        """Mark-delete moved: hands the newest snapshot it passed (if any) to the controller."""
+        cache = self._snapshots
+        controller = self._controller()
+        if cache is None or controller is None:
+            return
+        clusters = cache.advance(self.cursor.mark_delete_position)
+        if clusters is not None:
+            controller.subscription_advanced(self.name, clusters)
 
     # --------------------------------------------------------------------------------- redelivery
 
@@ -376,6 +431,7 @@ class Subscription:
             self.batch_acks.clear()
             if self.dispatcher is not None:
                 self.dispatcher.after_reset()
+            self._snapshots_passed()
 
     async def mark_delete_up_to(self, position: Position) -> None:
         """Acknowledges everything up to ``position`` (skip, expire)."""
@@ -393,6 +449,7 @@ class Subscription:
             self.dispatcher.generation += 1
             self.rewind_cursor()
             self.dispatcher.wake()
+        self._snapshots_passed()
 
     async def delete(self, *, requester: Optional[Consumer] = None, force: bool = False) -> None:
         """Unsubscribe: removes the subscription and its cursor.

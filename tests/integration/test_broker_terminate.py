@@ -4,6 +4,8 @@ terminated state surviving a reload of the topic by a new broker."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pulsar
 import pytest
 
@@ -84,7 +86,10 @@ def test_subscribing_to_terminated_consumed_topic_reaches_end_at_once(broker, cl
     _terminate(broker, topic)
     consumer = client.subscribe(topic, "late")  # Latest: nothing to read
     wait_for(lambda: _end_sent(broker, topic) >= 1, 10, what="REACHED_END_OF_TOPIC sent to a late subscriber")
-    consumer.close()
+    # pulsar-client 3.13 drops the connection on REACHED_END_OF_TOPIC (docs/architecture.md, departures), so
+    # the close may find the consumer between reconnections
+    with contextlib.suppress(pulsar.NotConnected):
+        consumer.close()
 
 
 def test_reader_reads_all_and_reaches_end(broker, client):

@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from broker.config import BrokerConfig
 from clusters import STANDALONE
 from clusters.kinds import Plan, dumps_toml, make_plan
 from clusters.topology import BookiesSettings, ZooKeeperSettings, load, parse
@@ -190,3 +191,67 @@ def test_dumps_toml_round_trips() -> None:
 
     table = {"s": 'a "quoted"\\ line\n', "i": -3, "f": 0.25, "b": True, "l": [1, "x", False], "u": "žluť"}
     assert tomllib.loads(dumps_toml(table)) == table
+
+
+TWO_REGIONS_WITH_BROKERS = """
+name = "two"
+[global_zookeeper]
+port = 2181
+[[regions]]
+name = "us-east"
+[regions.bookies]
+count = 1
+[regions.brokers]
+count = 2
+port_base = 6650
+http_port_base = 8080
+[[regions]]
+name = "eu-west"
+[regions.brokers]
+count = 2
+port_base = 7650
+http_port_base = 9080
+default_namespace_bundles = 8
+"""
+
+
+def test_broker_config_names_every_broker_of_its_region_as_the_cluster_urls(tmp_path: pathlib.Path) -> None:
+    import tomllib
+
+    plan = plan_of(TWO_REGIONS_WITH_BROKERS, tmp_path)
+    by_name = {i.name: i for i in plan.instances}
+    configs = {}
+    for name in ("us-east-broker-1", "us-east-broker-2", "eu-west-broker-2"):
+        argv = plan.kind(by_name[name]).command(by_name[name], plan)
+        configs[name] = tomllib.loads(pathlib.Path(argv[-1]).read_text())
+        BrokerConfig.load(argv[-1])  # every key the supervisor writes is one the broker reads
+    east = configs["us-east-broker-1"]
+    assert east["cluster"] == "us-east" and east["port"] == 6650 and east["http_port"] == 8080
+    assert east["configuration_store"] == "127.0.0.1:2181"
+    assert east["cluster_service_url"] == "http://127.0.0.1:8080,127.0.0.1:8081"
+    assert east["cluster_broker_service_url"] == "pulsar://127.0.0.1:6650,127.0.0.1:6651"
+    assert configs["us-east-broker-2"]["cluster_service_url"] == east["cluster_service_url"]
+    west = configs["eu-west-broker-2"]
+    assert west["cluster_service_url"] == "http://127.0.0.1:9080,127.0.0.1:9081"
+    assert west["cluster_broker_service_url"] == "pulsar://127.0.0.1:7650,127.0.0.1:7651"
+    assert west["default_namespace_bundles"] == 8
+    # a region without bookies leaves the quorums to the broker's defaults
+    assert "managed_ledger_ensemble_size" not in west and east["managed_ledger_ensemble_size"] == 1
+
+
+@pytest.mark.parametrize("key", ["cluster_service_url", "cluster_broker_service_url", "configuration_store"])
+def test_broker_keys_the_supervisor_writes_are_refused_in_the_topology(key: str) -> None:
+    message = error_of(f"name = 'x'\n[[regions]]\nname = 'a'\n[regions.brokers]\n{key} = 'http://h:1'\n")
+    assert f"regions[0].brokers.{key}: is set by the supervisor" in message
+
+
+def test_bundled_multi_region_topologies_parse() -> None:
+    root = pathlib.Path(STANDALONE).parent
+    for file, regions in (("local.toml", ["us-east", "eu-west"]),
+                          ("three-regions.toml", ["us-east", "eu-west", "ap-south"])):
+        topology = load(root / file)
+        assert [r.name for r in topology.regions] == regions, file
+        assert topology.global_zookeeper is not None, file
+        for region in topology.regions:
+            assert region.bookies is not None and region.bookies.count == 3, (file, region.name)
+            assert region.brokers is not None and region.brokers.count == 2, (file, region.name)

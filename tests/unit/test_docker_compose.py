@@ -1,0 +1,159 @@
+"""docker-compose.yml, checked without a Docker engine: every service runs a real `magnetar` sub-command whose
+options parse and whose config file loads with the process's own loader, every mounted path exists, the
+services are exactly clusters/local.toml's processes, and no host port is published twice."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from bookie.config import BookieConfig
+from broker.config import BrokerConfig
+from clusters import topology as topo
+from magnetar import zookeeper as zk
+from magnetar.cli import app
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+LOCAL = topo.load(ROOT / "clusters" / "local.toml")
+CLI = typer.main.get_command(app)
+
+
+def parse_command(service: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(sub-command, its parsed options), parsed by the real command line (an unknown option raises)."""
+    argv = service["command"]
+    assert isinstance(argv, list) and argv[0] == "magnetar", argv
+    sub = CLI.commands.get(argv[1])
+    assert sub is not None, f"magnetar has no sub-command {argv[1]!r}"
+    with sub.make_context(argv[1], list(argv[2:])) as ctx:
+        return argv[1], dict(ctx.params)
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, pathlib.Path]:
+    """Container path -> repo path of every bind mount (``./x:/y[:ro]``)."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith((".", "/")):
+            found[target] = (ROOT / source).resolve()
+    return found
+
+
+def host_file(service: dict[str, Any], container_path: pathlib.Path) -> pathlib.Path:
+    """The repo file a container path names, through the service's bind mounts."""
+    for target, source in bind_mounts(service).items():
+        if container_path.is_relative_to(target):
+            return source / container_path.relative_to(target)
+    raise AssertionError(f"{container_path} is not under any bind mount of the service")
+
+
+def region_of(name: str) -> str | None:
+    """The local.toml region a service belongs to (None: the global ZooKeeper)."""
+    regions = [r.name for r in LOCAL.regions if name.startswith(f"{r.name}-")]
+    assert regions or name == "global-zookeeper", f"{name} is in no region of local.toml"
+    return regions[0] if regions else None
+
+
+def config_of(name: str) -> Any:
+    service = SERVICES[name]
+    kind, params = parse_command(service)
+    path = host_file(service, pathlib.Path(params["config"]))
+    return (BookieConfig if kind == "bookie" else BrokerConfig).load(path)
+
+
+def test_services_are_exactly_the_local_topologys_processes() -> None:
+    expected = {"global-zookeeper"} if LOCAL.global_zookeeper is not None else set()
+    for region in LOCAL.regions:
+        expected.add(f"{region.name}-zookeeper")
+        expected.update(f"{region.name}-bookie-{n}" for n in range(1, region.bookies.count + 1))
+        expected.update(f"{region.name}-broker-{n}" for n in range(1, region.brokers.count + 1))
+    assert set(SERVICES) == expected
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_every_command_is_a_magnetar_sub_command_whose_options_parse(name: str) -> None:
+    kind, params = parse_command(SERVICES[name])
+    assert kind in name.split("-"), (name, kind)
+    if kind == "zookeeper":
+        settings = zk.ZooKeeperSettings(**params)
+        assert settings.host == "0.0.0.0" and settings.port == 2181
+        assert str(settings.data_dir).startswith("/var/lib/magnetar")
+    else:
+        assert kind in ("bookie", "broker")
+        config_of(name)  # a wrong key or type fails here with the loader's own ConfigError
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if "-bookie-" in n))
+def test_bookies_register_in_their_regions_zookeeper(name: str) -> None:
+    config: BookieConfig = config_of(name)
+    assert config.bookie_id == config.advertised_host == name
+    assert config.zookeeper == f"{region_of(name)}-zookeeper:2181"
+    assert config.journal_sync
+    assert str(config.data_dir).startswith("/var/lib/magnetar")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if "-broker-" in n))
+def test_brokers_serve_their_region_and_name_its_brokers_as_the_cluster_urls(name: str) -> None:
+    config: BrokerConfig = config_of(name)
+    region = region_of(name)
+    peers = sorted(n for n in SERVICES if n.startswith(f"{region}-broker-"))
+    assert config.broker_id == config.advertised_host == name and config.cluster == region
+    assert config.zookeeper == f"{region}-zookeeper:2181"
+    assert config.configuration_store == "global-zookeeper:2181"
+    assert config.cluster_service_url == "http://" + ",".join(f"{p}:{config.http_port}" for p in peers)
+    assert config.cluster_broker_service_url == "pulsar://" + ",".join(f"{p}:{config.port}" for p in peers)
+    bookies = LOCAL.region(region).bookies.count
+    assert config.managed_ledger_ensemble_size <= bookies
+
+
+def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
+    declared = set(COMPOSE.get("volumes") or {})
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith((".", "/")):
+                assert (ROOT / source).exists(), f"{name} mounts {source}, which is not in the repo"
+            else:
+                assert source in declared, f"{name} uses volume {source}, not declared"
+        build = service.get("build")
+        if build is not None:
+            assert (ROOT / build["context"] / build.get("dockerfile", "Dockerfile")).is_file(), name
+
+
+def test_dependencies_exist_and_start_in_the_supervisors_tier_order() -> None:
+    tier = {"zookeeper": 0, "bookie": 1, "broker": 2}
+    for name, service in SERVICES.items():
+        kind = parse_command(service)[0]
+        for dependency in service.get("depends_on") or {}:
+            assert dependency in SERVICES, (name, dependency)
+            assert tier[parse_command(SERVICES[dependency])[0]] < tier[kind], (name, dependency)
+            assert region_of(dependency) in (None, region_of(name)), (name, dependency)
+
+
+def test_published_host_ports_are_unique() -> None:
+    published = []
+    for service in SERVICES.values():
+        for mapping in service.get("ports", []):
+            parts = str(mapping).split(":")
+            assert len(parts) == 2, f"publish as HOST:CONTAINER, got {mapping!r}"
+            published.append(int(parts[0]))
+    assert published and len(published) == len(set(published))
+
+
+def test_image_installs_every_room_the_processes_import() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
+    assert "zookeeper" in dockerfile and "default-jre-headless" in dockerfile and "pip install" in dockerfile
+    import tomllib
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in packages:
+        room = package.rstrip("*")
+        assert f"COPY {room} ./{room}" in dockerfile, f"the image lacks {room}/"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "tests" in ignored and ".venv" in ignored
