@@ -1,14 +1,29 @@
 """``magnetar demo`` (``make demo``): bring a local deployment up, run the main job, show the result.
 
-Two jobs run against one region (ZooKeeper, three bookies, two brokers):
+With the default topology (``clusters/local.toml``: regions us-east and eu-west, each with its own
+ZooKeeper, three bookies and two brokers, plus the global configuration store) the main job is
+geo-replication as unmodified Pulsar applications (the official ``pulsar-client``) see it:
 
-* storage: write a replicated ledger at E/Qw/Qa 3/2/2 over the bookie processes, read it back through a
-  fresh client, check every byte;
-* messaging: an unmodified Pulsar application (the official ``pulsar-client``) produces to a topic through
-  one broker's ``pulsar://`` URL and consumes it through the other broker's ``http://`` lookup URL, and
-  every message must arrive once, in order.
+1. **Exchange.** Tenant ``acme`` and namespace ``acme/geo`` replicated to every region. In each region one
+   producer sends N messages of about 1 KiB at a steady rate, each carrying its origin region, its sequence
+   number and its send time (µs, property ``sent_us``; also the event time); in each region one consumer
+   receives every region's messages. Checks: every message arrived in every region exactly once, in its
+   producer's order, byte-identical; afterwards every replication backlog drains to 0. The replication delay
+   is the send time to the receipt in another region (both regions run on this machine's clock), recorded
+   in an HdrHistogram.
+2. **Failover.** An application consumes a topic in the first region through a replicated subscription
+   (``replicate_subscription_state_enabled``), acknowledges the first half and goes away; the same
+   application subscribes in the second region. Checks: the subscription there moved (it did not restart
+   from the beginning), and the application resumed at or before the first unacknowledged message and
+   received everything after it once, in order: nothing skipped. What it receives twice is what was
+   acknowledged after the last snapshot (one every second) the first region had passed.
 
-The deployment is left running, with the commands to look at it and to stop it.
+With a single-region topology (``--topology clusters/standalone.toml``) two jobs run in that region: a
+replicated ledger written and read back over the bookie processes, and a pulsar-client application.
+
+A deployment already running in the data dir is reused when it runs the same topology with every process
+alive; otherwise what is left of it is stopped and the topology started again. The deployment is left
+running, with the commands to look at it and to stop it. ``run`` returns non-zero when any check failed.
 """
 
 from __future__ import annotations
@@ -17,33 +32,515 @@ import asyncio
 import json
 import os
 import pathlib
+import sys
+import threading
 import time
-from typing import Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from magnetar.admin_cli import AdminClient, AdminError
+
 REPO_CLUSTERS = pathlib.Path(__file__).resolve().parent
-DEFAULT_TOPOLOGY = REPO_CLUSTERS / "standalone.toml"
+DEFAULT_TOPOLOGY = REPO_CLUSTERS / "local.toml"
+TENANT = "acme"
+NAMESPACE = f"{TENANT}/geo"
+AUDIT_SUBSCRIPTION = "demo-audit"
+FAILOVER_SUBSCRIPTION = "orders-app"
 
-console = Console()
+_HIST_MAX_US = 3_600_000_000
+_IDLE_TIMEOUT_S = 30.0  # a consumer that receives nothing for this long after the producers finished gives up
 
-
-def _supervisor_alive(data_dir: pathlib.Path) -> bool:
-    topo = data_dir / "topology.json"
-    if not topo.exists():
-        return False
-    try:
-        pid = int(json.loads(topo.read_text()).get("supervisor_pid", 0))
-        os.kill(pid, 0)
-        return pid > 0
-    except (ValueError, OSError, json.JSONDecodeError):
-        return False
+# Rich assumes 80 columns when not on a terminal; a log or a pipe should get whole tables instead.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
-async def _job(zk_connect: str, entries: int, size: int) -> dict:
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+# ----------------------------------------------------------------------------------------------- deployment
+
+
+def _ensure_deployment(data_dir: pathlib.Path, topology: pathlib.Path) -> int:
+    """Reuses a complete deployment of ``topology`` in ``data_dir``, else stops what is left and starts it."""
+    from clusters.runtime import DataDir, group_alive, is_alive
+    from clusters.supervisor import down, up
+
+    ddir = DataDir(data_dir)
+    state = ddir.read_state()
+    if state:
+        sup = state.get("supervisor") or {}
+        records = state.get("processes") or []
+        same = pathlib.Path(state.get("topology_file") or "").resolve() == topology.resolve()
+        complete = (state.get("status") == "running" and is_alive(sup.get("pid"), sup.get("start_ticks"))
+                    and all(is_alive(r.get("pid"), r.get("start_ticks")) for r in records))
+        if same and complete and ddir.topology_path.exists():
+            console.print(f"[bold]Reusing the {state['name']} deployment already running in {data_dir}[/bold]")
+            return 0
+        if is_alive(sup.get("pid"), sup.get("start_ticks")) or any(
+                group_alive(r.get("pid"), r.get("start_ticks")) for r in records):
+            why = "is not complete any more" if same else f"runs another topology ({state.get('name')})"
+            console.print(f"The deployment in {data_dir} {why}: stopping it first...")
+            code = down(data_dir)
+            if code != 0:
+                return code
+    console.print(f"[bold]Starting {topology.name} in {data_dir}[/bold] (ZooKeepers, bookies, brokers)...")
+    return up(topology, data_dir, detach=True)
+
+
+def _pulsar_client(url: str, client_log: Optional[pathlib.Path]):
+    import pulsar
+
+    logger = (pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(client_log)) if client_log
+              else pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    return pulsar.Client(url, operation_timeout_seconds=30, logger=logger)
+
+
+def _new_histogram():
     from hdrh.histogram import HdrHistogram
 
+    return HdrHistogram(1, _HIST_MAX_US, 3)
+
+
+def _latency_ms(hist) -> dict[str, float]:
+    from magnetar.perf import latency_summary_ms
+
+    out = latency_summary_ms(hist)
+    out["count"] = hist.get_total_count()
+    return out
+
+
+# ------------------------------------------------------------------------------------- geo: the namespace
+
+
+def replicate_namespace(admin: AdminClient, regions: list[str], namespace: str = NAMESPACE) -> None:
+    """``namespace`` replicated to ``regions``, its tenant allowed there (created, or updated on a re-run)."""
+    tenant = namespace.split("/", 1)[0]
+    try:
+        admin.request("PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": regions})
+    except AdminError as err:
+        if err.status != 409:
+            raise
+        info = admin.get(f"/admin/v2/tenants/{tenant}") or {}
+        allowed = list(dict.fromkeys([*(info.get("allowedClusters") or []), *regions]))
+        admin.request("POST", f"/admin/v2/tenants/{tenant}", {**info, "allowedClusters": allowed})
+    try:
+        admin.request("PUT", f"/admin/v2/namespaces/{namespace}", {"replication_clusters": regions})
+    except AdminError as err:
+        if err.status != 409:
+            raise
+        admin.request("POST", f"/admin/v2/namespaces/{namespace}/replication", regions)
+
+
+def stats_path(topic: str) -> str:
+    return "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/stats"
+
+
+def _region_stats(admin: AdminClient, topic: str, subscription: str) -> dict[str, Any]:
+    """What the report shows of one region's copy of ``topic`` (backlogs are in entries, as in Pulsar)."""
+    st = admin.get(stats_path(topic)) or {}
+    sub = (st.get("subscriptions") or {}).get(subscription) or {}
+    return {
+        "msgInCounter": st.get("msgInCounter", 0),
+        "subscriptionBacklog": sub.get("msgBacklog"),
+        "replication": {
+            remote: {k: r.get(k) for k in ("replicationBacklog", "msgOutCounter", "connected",
+                                            "replicationDelayInSeconds")}
+            for remote, r in (st.get("replication") or {}).items()
+        },
+    }
+
+
+# -------------------------------------------------------------------------------------- geo: the exchange
+
+
+def _payload(origin: str, seq: int, size_bytes: int) -> bytes:
+    head = f"{origin} #{seq} ".encode()
+    return head + b"." * max(0, size_bytes - len(head))
+
+
+def _produce(client, topic: str, region: str, messages: int, size_bytes: int, rate: float,
+             sent: list[int]) -> None:
+    """Sends ``messages`` at ``rate`` msg/s; ``sent[0]`` counts them (read by the progress display)."""
+    import pulsar
+
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5,
+                                      block_if_queue_full=True, max_pending_messages=10_000)
+    failed: list[str] = []
+
+    def done(result, _msg_id) -> None:
+        if result != pulsar.Result.Ok:
+            failed.append(str(result))
+
+    start = time.monotonic()
+    for seq in range(messages):
+        ahead_s = start + seq / rate - time.monotonic()
+        if ahead_s > 0.001:
+            time.sleep(ahead_s)
+        sent_us = time.time_ns() // 1000
+        producer.send_async(_payload(region, seq, size_bytes), done, event_timestamp=sent_us // 1000,
+                            properties={"origin": region, "seq": str(seq), "sent_us": str(sent_us)})
+        sent[0] = seq + 1
+    producer.flush()
+    producer.close()
+    if failed:
+        raise RuntimeError(f"{len(failed)} sends failed in {region}, first: {failed[0]}")
+
+
+def _receive(consumer, expected: int, size_bytes: int, out: list, stop: threading.Event) -> None:
+    """Appends (origin, seq, sent_us, received_us, intact) per message until ``expected`` or ``stop``."""
+    import pulsar
+
+    while len(out) < expected and not stop.is_set():
+        try:
+            msg = consumer.receive(timeout_millis=200)
+        except pulsar.Timeout:
+            continue
+        received_us = time.time_ns() // 1000
+        props = msg.properties()
+        origin, seq = props.get("origin", "?"), int(props.get("seq", -1))
+        out.append((origin, seq, int(props.get("sent_us", 0)), received_us,
+                    msg.data() == _payload(origin, seq, size_bytes)))
+        consumer.acknowledge(msg)
+
+
+def _run_threads(jobs: dict[str, Callable[[], None]], progress_of: Callable[[], dict[str, int]],
+                 totals: dict[str, int], stop: threading.Event, progress: Optional[Progress],
+                 producers: set[str]) -> dict[str, str]:
+    """Runs each job in a thread, shows their counters, stops the rest once the producers are done and
+    nothing moved for ``_IDLE_TIMEOUT_S``. Returns the errors by job name."""
+    errors: dict[str, str] = {}
+
+    def guarded(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - reported as a failed check
+            errors[name] = f"{type(exc).__name__}: {exc}"
+
+    threads = {n: threading.Thread(target=guarded, args=(n, fn), name=f"demo-{n}", daemon=True)
+               for n, fn in jobs.items()}
+    tasks = {n: progress.add_task(n, total=totals[n]) for n in jobs} if progress else {}
+    for t in threads.values():
+        t.start()
+    last, last_move = None, time.monotonic()
+    while any(t.is_alive() for t in threads.values()):
+        time.sleep(0.1)
+        counts = progress_of()
+        for n, task in tasks.items():
+            progress.update(task, completed=counts[n])
+        if counts != last:
+            last, last_move = counts, time.monotonic()
+        producing = any(threads[p].is_alive() for p in producers)
+        if not producing and time.monotonic() - last_move > _IDLE_TIMEOUT_S:
+            stop.set()
+    for t in threads.values():
+        t.join()
+    return errors
+
+
+def exchange(topo: dict[str, Any], topic: str, *, messages: int, size_bytes: int, rate: float,
+             client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> tuple[list[Check], dict]:
+    """Every region produces ``messages`` to ``topic`` and consumes every region's; checks and delays."""
+    import pulsar
+
+    regions = list(topo["regions"])
+    clients = {r: _pulsar_client(topo["regions"][r]["brokers"][0]["pulsar"], client_log) for r in regions}
+    received: dict[str, list] = {r: [] for r in regions}
+    sent = {r: [0] for r in regions}
+    stop = threading.Event()
+    try:
+        consumers = {r: clients[r].subscribe(topic, AUDIT_SUBSCRIPTION, receiver_queue_size=2000,
+                                             initial_position=pulsar.InitialPosition.Earliest)
+                     for r in regions}
+        expected = messages * len(regions)
+        jobs: dict[str, Callable[[], None]] = {}
+        totals: dict[str, int] = {}
+        for r in regions:
+            jobs[f"send in {r}"] = lambda r=r: _produce(clients[r], topic, r, messages, size_bytes, rate, sent[r])
+            totals[f"send in {r}"] = messages
+        for r in regions:
+            jobs[f"receive in {r}"] = lambda r=r: _receive(consumers[r], expected, size_bytes, received[r], stop)
+            totals[f"receive in {r}"] = expected
+
+        def counts() -> dict[str, int]:
+            return {**{f"send in {r}": sent[r][0] for r in regions},
+                    **{f"receive in {r}": len(received[r]) for r in regions}}
+
+        errors = _run_threads(jobs, counts, totals, stop, progress, {f"send in {r}" for r in regions})
+        for c in consumers.values():
+            c.close()
+    finally:
+        for c in clients.values():
+            c.close()
+
+    checks = [Check(f"{name} ran", False, err) for name, err in errors.items()]
+    found, delays = audit(received, regions, messages)
+    return checks + found, delays
+
+
+def audit(received: dict[str, list], regions: list[str], messages: int) -> tuple[list[Check], dict]:
+    """Checks what each region received (rows of :func:`_receive`) against ``messages`` from each region,
+    and the delays by direction (µs histograms summarised in ms)."""
+    once, ordered, damaged = [], [], 0
+    delays = {}
+    for dest, rows in received.items():
+        by_origin: dict[str, list[int]] = {r: [] for r in regions}
+        for origin, seq, sent_us, received_us, ok in rows:
+            by_origin.setdefault(origin, []).append(seq)
+            damaged += not ok
+            key = f"{origin} -> {dest}" if origin != dest else f"{dest} (local)"
+            hist = delays.get(key)
+            if hist is None:
+                hist = delays[key] = _new_histogram()
+            hist.record_value(min(max(received_us - sent_us, 1), _HIST_MAX_US))
+        for origin, seqs in by_origin.items():
+            distinct = set(seqs)
+            missing = messages - len(distinct & set(range(messages)))
+            dups = len(seqs) - len(distinct)
+            if missing or dups:
+                once.append(f"{dest} got {origin}'s: {missing} missing, {dups} duplicated")
+            if any(a >= b for a, b in zip(seqs, seqs[1:])):
+                ordered.append(f"{origin}'s messages out of order in {dest}")
+    return [
+        Check("every message arrived in every region exactly once", not once,
+              "; ".join(once) or f"{messages:,} per producer x {len(regions)} producers, in each of "
+                                 f"{len(regions)} regions"),
+        Check("each producer's order kept in every region", not ordered,
+              "; ".join(ordered) or "sequence numbers strictly increasing per origin"),
+        Check("payloads byte-identical", not damaged,
+              f"{damaged} payloads differ" if damaged else "every payload compared"),
+    ], {k: _latency_ms(h) for k, h in sorted(delays.items())}
+
+
+def wait_drained(topo: dict[str, Any], topic: str, timeout_s: float = 30.0) -> tuple[Check, dict]:
+    """Polls each region's topic stats until every replication backlog is 0 and every replicator connected."""
+    regions = list(topo["regions"])
+    admins = {r: AdminClient(topo["regions"][r]["brokers"][0]["http"]) for r in regions}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = {r: _region_stats(admins[r], topic, AUDIT_SUBSCRIPTION) for r in regions}
+        pending = [f"{r} -> {remote}: backlog {x['replicationBacklog']}, connected {x['connected']}"
+                   for r in regions for remote, x in stats[r]["replication"].items()
+                   if x["replicationBacklog"] or not x["connected"]]
+        pending += [f"{r} has no replicator to {remote}" for r in regions for remote in regions
+                    if remote != r and remote not in stats[r]["replication"]]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    return Check("replication backlogs drained to 0", not pending, "; ".join(pending) or "in every region"), stats
+
+
+# -------------------------------------------------------------------------------------- geo: the failover
+
+
+def _subscription_backlog(admin: AdminClient, topic: str, name: str) -> Optional[int]:
+    try:
+        sub = ((admin.get(stats_path(topic)) or {}).get("subscriptions") or {}).get(name)
+    except AdminError:
+        return None
+    return None if sub is None else sub.get("msgBacklog")
+
+
+def _tracker(progress: Optional[Progress], description: str, total: int) -> Callable[[int], None]:
+    """A progress bar, or nothing: call the result with the count done."""
+    if progress is None:
+        return lambda _done: None
+    task = progress.add_task(description, total=total)
+    return lambda done: progress.update(task, completed=done)
+
+
+def _produce_then_ack_half(url: str, region: str, topic: str, messages: int, rate: float,
+                           client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> int:
+    """The application in ``region``: subscribes (replicated), publishes ``messages`` at ``rate`` (so that
+    snapshots, one per second, fall between them as in a live application), acknowledges the first half
+    and leaves. Returns the last sequence number acknowledged."""
+    import pulsar
+
+    client = _pulsar_client(url, client_log)
+    try:
+        consumer = client.subscribe(topic, FAILOVER_SUBSCRIPTION, replicate_subscription_state_enabled=True,
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        sent = [0]
+        show = _tracker(progress, f"send in {region}", messages)
+        worker = threading.Thread(target=_produce, args=(client, topic, region, messages, 64, rate, sent))
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            show(sent[0])
+        show = _tracker(progress, f"consume + ack in {region}", messages // 2)
+        for i in range(messages // 2):
+            msg = consumer.receive(timeout_millis=30_000)
+            consumer.acknowledge(msg)
+            show(i + 1)
+        consumer.close()
+        return int(msg.properties()["seq"])
+    finally:
+        client.close()
+
+
+def _wait_followed(admin: AdminClient, topic: str, timeout_s: float = 20.0) -> Optional[float]:
+    """Seconds until the subscription's copy in ``admin``'s region last moved: it follows once an update
+    marker arrives; it is taken as settled once unchanged for two snapshot intervals."""
+    started = time.monotonic()
+    seen, moved_at = None, None
+    while time.monotonic() - started < timeout_s:
+        backlog = _subscription_backlog(admin, topic, FAILOVER_SUBSCRIPTION)
+        if backlog != seen:
+            seen, moved_at = backlog, time.monotonic()
+        if seen is not None and time.monotonic() - moved_at >= 2.0:
+            break
+        time.sleep(0.1)
+    return round(moved_at - started, 2) if moved_at else None
+
+
+def _resume(url: str, region: str, topic: str, messages: int, last_acked: int,
+            client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> list[int]:
+    """The application again, in ``region``: the sequence numbers it receives up to the last one."""
+    import pulsar
+
+    client = _pulsar_client(url, client_log)
+    seqs: list[int] = []
+    try:
+        consumer = client.subscribe(topic, FAILOVER_SUBSCRIPTION, replicate_subscription_state_enabled=True,
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        show = _tracker(progress, f"consume in {region}", messages - last_acked - 1)
+        while not seqs or seqs[-1] < messages - 1:
+            try:
+                msg = consumer.receive(timeout_millis=10_000)
+            except pulsar.Timeout:
+                break
+            seqs.append(int(msg.properties()["seq"]))
+            consumer.acknowledge(msg)
+            show(max(0, seqs[-1] - last_acked))
+        consumer.close()
+    finally:
+        client.close()
+    return seqs
+
+
+def failover(topo: dict[str, Any], topic: str, *, messages: int, rate: float,
+             client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> tuple[list[Check], dict]:
+    """Consume + acknowledge half of ``topic`` in the first region through a replicated subscription, then
+    continue in the second region: where did it resume, and was anything skipped?"""
+    first, second = list(topo["regions"])[:2]
+    urls = {r: topo["regions"][r]["brokers"][0] for r in (first, second)}
+    last_acked = _produce_then_ack_half(urls[first]["pulsar"], first, topic, messages, rate, client_log, progress)
+    followed_after_s = _wait_followed(AdminClient(urls[second]["http"]), topic)
+    seqs = _resume(urls[second]["pulsar"], second, topic, messages, last_acked, client_log, progress)
+    resumed = seqs[0] if seqs else None
+    info = {"from": first, "to": second, "messages": messages, "rate": rate, "last_acked_seq": last_acked,
+            "followed_after_s": followed_after_s, "resumed_at_seq": resumed, "received": len(seqs),
+            "redelivered": (last_acked + 1 - resumed) if resumed is not None else None}
+    expected = list(range(resumed, messages)) if resumed is not None else []
+    complete = resumed is not None and resumed <= last_acked + 1 and seqs == expected
+    return [
+        Check(f"replicated subscription followed to {second}", resumed is not None and resumed > 0,
+              f"resumed at #{resumed} after #{last_acked} was acknowledged in {first}" if resumed is not None
+              else f"nothing received in {second}"),
+        Check("nothing skipped after the failover", complete,
+              f"#{resumed}..#{messages - 1} received once each, in order" if complete else
+              f"received {len(seqs)} messages from #{resumed}; expected a start at or before #{last_acked + 1} "
+              f"and then every message up to #{messages - 1} once, in order"),
+    ], info
+
+
+# -------------------------------------------------------------------------------------------- geo: the job
+
+
+def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 1024, rate: float = 1_000.0,
+            failover_messages: int = 2_000, failover_rate: float = 500.0,
+            client_log: Optional[pathlib.Path] = None, show_progress: bool = True) -> dict[str, Any]:
+    """The multi-region job (needs at least two regions): returns a report whose ``ok`` says whether every
+    check passed; ``checks`` lists them, ``delay_ms`` has the delays by direction, ``stats`` each region's
+    topic stats, ``failover`` where the replicated subscription resumed."""
+    regions = list(topo["regions"])
+    if len(regions) < 2:
+        raise ValueError("the geo-replication job needs a topology with at least two regions")
+    run_id = time.strftime("%H%M%S") + f"-{os.getpid() % 10_000}"
+    topic = f"persistent://{NAMESPACE}/events-{run_id}"
+    failover_topic = f"persistent://{NAMESPACE}/orders-{run_id}"
+    replicate_namespace(AdminClient(topo["regions"][regions[0]]["brokers"][0]["http"]), regions)
+    progress = Progress(TextColumn("{task.description:>28}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, disable=not show_progress)
+    checks: list[Check] = []
+    delays: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
+    fo: dict[str, Any] = {}
+    with progress:
+        try:
+            found, delays = exchange(topo, topic, messages=messages, size_bytes=size_bytes, rate=rate,
+                                     client_log=client_log, progress=progress)
+            checks += found
+            drained, stats = wait_drained(topo, topic)
+            checks.append(drained)
+        except Exception as exc:  # noqa: BLE001 - a failed check, with what happened
+            checks.append(Check("exchange between the regions", False, f"{type(exc).__name__}: {exc}"))
+        try:
+            found, fo = failover(topo, failover_topic, messages=failover_messages, rate=failover_rate,
+                                 client_log=client_log, progress=progress)
+            checks += found
+        except Exception as exc:  # noqa: BLE001
+            checks.append(Check("replicated-subscription failover", False, f"{type(exc).__name__}: {exc}"))
+    return {
+        "namespace": NAMESPACE, "topic": topic, "failover_topic": failover_topic, "regions": regions,
+        "messages_per_region": messages, "size_bytes": size_bytes, "rate_per_region": rate,
+        "delay_ms": delays, "stats": stats, "failover": fo,
+        "checks": [asdict(c) for c in checks], "ok": all(c.ok for c in checks),
+    }
+
+
+def print_geo_report(report: dict[str, Any]) -> None:
+    regions = report["regions"]
+    table = Table(title=f"Replication delay: send to receipt, {report['messages_per_region']:,} msgs of "
+                        f"{report['size_bytes']} B per region at {report['rate_per_region']:,.0f} msg/s")
+    for col in ("direction", "messages", "p50 ms", "p99 ms", "max ms"):
+        table.add_column(col, justify="left" if col == "direction" else "right")
+    for key, d in report["delay_ms"].items():
+        table.add_row(key, f"{d['count']:,}", f"{d.get('p50', 0):.1f}", f"{d.get('p99', 0):.1f}",
+                      f"{d.get('max', 0):.1f}")
+    console.print(table)
+
+    table = Table(title=f"Topic stats of {report['topic']} (backlogs in entries, as Pulsar counts them)")
+    for col in ("region", "msgs in", "sub backlog", "to", "repl backlog", "repl msgs out", "repl delay s",
+                "connected"):
+        table.add_column(col, justify="left" if col in ("region", "to") else "right")
+    for r in regions:
+        st = report["stats"].get(r) or {"replication": {}}
+        for remote, x in st["replication"].items():
+            table.add_row(r, f"{st['msgInCounter']:,}", str(st["subscriptionBacklog"]), remote,
+                          str(x["replicationBacklog"]), f"{x['msgOutCounter'] or 0:,}",
+                          f"{x['replicationDelayInSeconds'] or 0:.3f}", "yes" if x["connected"] else "[red]no[/red]")
+    console.print(table)
+
+    fo = report["failover"]
+    if fo.get("resumed_at_seq") is not None:
+        console.print(
+            f"Failover ({report['failover_topic']}, subscription {FAILOVER_SUBSCRIPTION}): {fo['messages']:,} "
+            f"messages; #0..#{fo['last_acked_seq']} acknowledged in {fo['from']}; {fo['to']}'s subscription "
+            f"settled {fo['followed_after_s']} s after the consumer left; resumed there at #{fo['resumed_at_seq']} "
+            f"({fo['redelivered']} delivered again, {fo['redelivered'] / fo['rate']:.1f} s of traffic at "
+            f"{fo['rate']:,.0f} msg/s: acknowledged after the last snapshot passed; one snapshot a second).")
+
+    table = Table(title="Checks")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail")
+    for c in report["checks"]:
+        table.add_row(c["name"], "[green]pass[/green]" if c["ok"] else "[red]FAIL[/red]", c["detail"])
+    console.print(table)
+
+
+# ------------------------------------------------------------------------------------ single-region jobs
+
+
+async def _ledger_job(zk_connect: str, entries: int, size: int) -> dict:
     from bookie.client import LedgerClient
     from config_store import KazooMetadataStore, RegionStore
 
@@ -58,7 +555,7 @@ async def _job(zk_connect: str, entries: int, size: int) -> dict:
                 await asyncio.sleep(0.1)
             handle = await client.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
             payloads = [os.urandom(size) for _ in range(entries)]
-            hist = HdrHistogram(1, 60_000_000, 3)
+            hist = _new_histogram()
             window = asyncio.Semaphore(2000)
 
             async def add(p: bytes) -> int:
@@ -81,34 +578,26 @@ async def _job(zk_connect: str, entries: int, size: int) -> dict:
             got = [e.payload async for e in reader.read_all()]
             read_s = time.perf_counter() - t0
         return {
-            "ledger_id": handle.ledger_id,
-            "ensemble": ensemble,
-            "entries": entries,
-            "size": size,
-            "write_s": write_s,
-            "read_s": read_s,
-            "identical": got == payloads,
+            "ledger_id": handle.ledger_id, "ensemble": ensemble, "entries": entries, "size": size,
+            "write_s": write_s, "read_s": read_s, "identical": got == payloads,
             "last_entry_id": reader.last_add_confirmed,
-            "p50_ms": hist.get_value_at_percentile(50) / 1000,
-            "p99_ms": hist.get_value_at_percentile(99) / 1000,
+            "p50_ms": hist.get_value_at_percentile(50) / 1000, "p99_ms": hist.get_value_at_percentile(99) / 1000,
         }
     finally:
         await store.close()
 
 
-def _pulsar_job(produce_url: str, consume_url: str, messages: int) -> dict:
+def _pulsar_job(produce_url: str, consume_url: str, messages: int, client_log: Optional[pathlib.Path]) -> dict:
     """A plain Pulsar application: what runs against Apache Pulsar runs here unchanged."""
     import pulsar
 
     topic = f"persistent://public/default/demo-{int(time.time())}"
-    client = pulsar.Client(produce_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    reader_client = pulsar.Client(consume_url, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    client = _pulsar_client(produce_url, client_log)
+    reader_client = _pulsar_client(consume_url, client_log)
     try:
         consumer = reader_client.subscribe(topic, "demo-subscription", consumer_type=pulsar.ConsumerType.Shared)
-        producer = client.create_producer(
-            topic, batching_enabled=True, block_if_queue_full=True, max_pending_messages=10_000,
-            batching_max_publish_delay_ms=5,
-        )
+        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True,
+                                          max_pending_messages=10_000, batching_max_publish_delay_ms=5)
         t0 = time.perf_counter()
         for i in range(messages):
             producer.send_async(f"message {i}".encode(), None, properties={"seq": str(i)})
@@ -126,58 +615,35 @@ def _pulsar_job(produce_url: str, consume_url: str, messages: int) -> dict:
     finally:
         client.close()
         reader_client.close()
-    return {
-        "topic": topic,
-        "messages": messages,
-        "produce_s": produce_s,
-        "consume_s": consume_s,
-        "in_order_once": received == [f"message {i}" for i in range(messages)],
-    }
+    return {"topic": topic, "messages": messages, "produce_s": produce_s, "consume_s": consume_s,
+            "in_order_once": received == [f"message {i}" for i in range(messages)]}
 
 
-def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entries: int = 20_000, size: int = 1024) -> int:
-    from clusters.supervisor import up
-
-    data_dir = pathlib.Path(data_dir)
-    topology = topology or DEFAULT_TOPOLOGY
-    if _supervisor_alive(data_dir):
-        console.print(f"[bold]Reusing the deployment already running in {data_dir}[/bold]")
-    else:
-        console.print(f"[bold]Starting {topology.name} in {data_dir}[/bold] (ZooKeeper, bookies, brokers)...")
-        code = up(topology, data_dir, detach=True)
-        if code != 0:
-            return code
-    topo = json.loads((data_dir / "topology.json").read_text())
+def _single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, size: int,
+                   client_log: pathlib.Path) -> bool:
     region_name, region = next(iter(topo["regions"].items()))
-    zk_connect = region["zookeeper"]["connect"]
-
     console.print(f"Writing {entries:,} entries of {size} B to a new ledger at E/Qw/Qa 3/2/2 (fsync on)...")
-    result = asyncio.run(_job(zk_connect, entries, size))
-
+    result = asyncio.run(_ledger_job(region["zookeeper"]["connect"], entries, size))
     table = Table(title=f"Ledger {result['ledger_id']} in region {region_name}")
     table.add_column("what")
     table.add_column("value", justify="right")
     mb = result["entries"] * result["size"] / 1e6
     table.add_row("ensemble", ", ".join(result["ensemble"]))
     table.add_row("entries written / acknowledged", f"{result['entries']:,}")
-    table.add_row("write throughput", f"{result['entries'] / result['write_s']:,.0f} entries/s, {mb / result['write_s']:.1f} MB/s")
+    table.add_row("write throughput", f"{result['entries'] / result['write_s']:,.0f} entries/s, "
+                                      f"{mb / result['write_s']:.1f} MB/s")
     table.add_row("add latency p50 / p99 (2,000 in flight)", f"{result['p50_ms']:.1f} ms / {result['p99_ms']:.1f} ms")
     table.add_row("read back (fresh client)", f"{result['entries'] / result['read_s']:,.0f} entries/s")
     table.add_row("last entry id", str(result["last_entry_id"]))
     table.add_row("byte-identical", "yes" if result["identical"] else "[red]NO[/red]")
     console.print(table)
-
     ok = result["identical"]
     brokers = region.get("brokers", [])
     if brokers:
-        produce_url = brokers[0]["pulsar"]
-        consume_url = brokers[-1]["http"]
-        messages = 20_000
-        console.print(
-            f"\nA Pulsar application (pulsar-client) sends {messages:,} messages through {produce_url} "
-            f"and consumes them through {consume_url}..."
-        )
-        pj = _pulsar_job(produce_url, consume_url, messages)
+        produce_url, consume_url, messages = brokers[0]["pulsar"], brokers[-1]["http"], 20_000
+        console.print(f"\nA Pulsar application (pulsar-client) sends {messages:,} messages through {produce_url} "
+                      f"and consumes them through {consume_url}...")
+        pj = _pulsar_job(produce_url, consume_url, messages, client_log)
         table = Table(title=f"Topic {pj['topic']}")
         table.add_column("what")
         table.add_column("value", justify="right")
@@ -190,9 +656,45 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
         console.print(f"  magnetar produce {produce_url} my-topic -m hello -n 3")
         console.print(f"  magnetar consume {produce_url} my-topic -s my-sub -n 3")
         console.print(f"  magnetar admin topics stats {pj['topic']} --data-dir {data_dir}")
+    return ok
+
+
+# -------------------------------------------------------------------------------------------------- run
+
+
+def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entries: int = 20_000,
+        size: int = 1024) -> int:
+    """``magnetar demo``: 0 when every check passed; the deployment is left running either way."""
+    data_dir = pathlib.Path(data_dir)
+    topology = pathlib.Path(topology or DEFAULT_TOPOLOGY)
+    code = _ensure_deployment(data_dir, topology)
+    if code != 0:
+        return code
+    topo = json.loads((data_dir / "topology.json").read_text())
+    client_log = data_dir / "logs" / "demo-pulsar-client.log"
+    regions = list(topo["regions"])
+
+    if len(regions) >= 2:
+        console.print(f"\nRegions {', '.join(regions)}: tenant {TENANT}, namespace {NAMESPACE} replicated to all; "
+                      f"each region produces and consumes with pulsar-client (client log: {client_log})...")
+        report = geo_job(topo, client_log=client_log)
+        print_geo_report(report)
+        ok = report["ok"]
+        first, second = (topo["regions"][r]["brokers"][0] for r in regions[:2])
+        console.print("\nTry it yourself (.venv/bin/magnetar):", markup=False)
+        for line in (
+            f"magnetar admin namespaces get-clusters {NAMESPACE} --data-dir {data_dir}",
+            f"magnetar admin topics stats {report['topic']} --url {first['http']} --json   # 'replication'",
+            f"magnetar produce {first['pulsar']} persistent://{NAMESPACE}/hello -m 'hi from {regions[0]}' -n 3",
+            f"magnetar consume {second['pulsar']} persistent://{NAMESPACE}/hello -s my-sub -n 3   # in {regions[1]}",
+        ):
+            console.print(f"  {line}", markup=False, highlight=False)
+    else:
+        ok = _single_region(data_dir, topo, entries, size, client_log)
 
     console.print("\nThe deployment is still running:")
-    console.print(f"  magnetar status --data-dir {data_dir}     # every process and endpoint")
-    console.print(f"  cat {data_dir}/topology.json")
-    console.print(f"  magnetar down --data-dir {data_dir}       # stop everything (or: make down)")
+    console.print(f"  magnetar status --data-dir {data_dir}     # every process and endpoint", markup=False)
+    console.print(f"  cat {data_dir}/topology.json", markup=False)
+    console.print(f"  magnetar down --data-dir {data_dir}       # stop everything (or: make down)", markup=False)
+    console.print("[green]every check passed[/green]" if ok else "[red]some checks FAILED[/red]")
     return 0 if ok else 1

@@ -112,7 +112,8 @@ def status(
 @app.command()
 def demo(
     data_dir: pathlib.Path = typer.Option(pathlib.Path(".magnetar/demo"), "--data-dir"),
-    topology: Optional[pathlib.Path] = typer.Option(None, help="Topology file (default: the standalone one)."),
+    topology: Optional[pathlib.Path] = typer.Option(
+        None, help="Topology file (default: clusters/local.toml, two regions; one region runs the single-region jobs)."),
 ) -> None:
     """Bring a local deployment up, run the main job against it, show the result, leave it running."""
     from clusters.demo import run as run_demo

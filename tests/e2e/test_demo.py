@@ -1,0 +1,71 @@
+"""The demo's main job (`make demo`) against a two-region deployment started here: every check passes.
+
+The job is the geo-replication one of ``clusters/demo.py``: pulsar-client producers and consumers in both
+regions of ``clusters/local.toml`` (every message everywhere exactly once, in order, backlogs drained), then
+a replicated-subscription failover from the first region to the second. Then ``run`` itself, which must
+reuse the running deployment and exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import signal
+
+import pytest
+
+from clusters import demo
+from clusters.runtime import DataDir, signal_group
+from tests.e2e.test_supervisor import magnetar, recorded, up_detached
+
+LOCAL = pathlib.Path(__file__).resolve().parents[2] / "clusters" / "local.toml"
+
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.fixture
+def local(tmp_path: pathlib.Path):
+    """The running two-region deployment: (DataDir, its topology.json); stopped whatever the test did."""
+    ddir = DataDir(tmp_path / "deployment")
+    try:
+        up_detached(LOCAL, ddir)
+        yield ddir, json.loads(ddir.topology_path.read_text())
+    finally:
+        for log in sorted(ddir.logs.glob("*.log")) if ddir.logs.exists() else []:
+            print(f"----- last lines of {log} -----\n{ddir.log_tail(log, 30)}")
+        try:
+            magnetar("down", "--data-dir", str(ddir.root), timeout_s=90)
+        finally:
+            for _name, pid, ticks in recorded(ddir):
+                signal_group(pid, ticks, signal.SIGKILL)
+
+
+def test_geo_demo_job_passes_every_check(local) -> None:
+    ddir, topo = local
+    regions = list(topo["regions"])
+
+    report = demo.geo_job(topo, messages=2_000, rate=1_000, failover_messages=1_000, failover_rate=250,
+                          client_log=ddir.logs / "demo-pulsar-client.log", show_progress=False)
+
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert report["ok"] and not failed, failed
+    names = {c["name"] for c in report["checks"]}
+    assert {"every message arrived in every region exactly once", "each producer's order kept in every region",
+            "replication backlogs drained to 0", "nothing skipped after the failover"} <= names
+    for origin in regions:
+        for dest in regions:
+            key = f"{origin} -> {dest}" if origin != dest else f"{dest} (local)"
+            assert report["delay_ms"][key]["count"] == 2_000, key
+            assert 0 < report["delay_ms"][key]["p50"] <= report["delay_ms"][key]["p99"]
+    for region in regions:
+        stats = report["stats"][region]
+        assert stats["msgInCounter"] == 2_000 * len(regions)
+        assert {r: (x["replicationBacklog"], x["connected"]) for r, x in stats["replication"].items()} == {
+            r: (0, True) for r in regions if r != region}
+    fo = report["failover"]
+    assert 0 < fo["resumed_at_seq"] <= fo["last_acked_seq"] + 1
+    assert fo["received"] == fo["messages"] - fo["resumed_at_seq"]
+
+    # `magnetar demo` on the same data dir reuses the deployment and passes too.
+    assert demo.run(ddir.root, topology=LOCAL) == 0
+    assert json.loads(ddir.topology_path.read_text())["supervisor_pid"] == topo["supervisor_pid"]
