@@ -20,8 +20,9 @@ from config_store.errors import InvalidMetadataError
 from ..ownership import bundles_data, parse_bundles_data
 from .body import ABSENT, expect_bool, expect_int, expect_object, expect_str_list, read_json
 from .context import AdminContext, redirect_location
-from .errors import RestError, bad_request, conflict, not_found, precondition_failed
+from .errors import RestError, bad_request, conflict, not_found
 from .keys import CONTEXT
+from .replication import check_clusters, replication_clusters
 from .tenants import tenant_name
 from .topics import namespace_topics
 
@@ -53,21 +54,6 @@ async def _update(ctx: AdminContext, tenant: str, namespace: str, fn) -> None:
         await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
     except NotFoundError:
         raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
-
-
-async def _check_clusters(ctx: AdminContext, tenant: str, clusters: list[str]) -> None:
-    """Replication clusters must exist (412) and be allowed for the tenant (403), as Pulsar checks."""
-    known = set(await ctx.configuration.list_clusters())
-    missing = sorted(set(clusters) - known)
-    if missing:
-        raise precondition_failed(f"Invalid cluster id(s): {missing} do not exist")
-    try:
-        allowed = set((await ctx.configuration.get_tenant(tenant)).value.allowed_clusters)
-    except NotFoundError:
-        raise not_found(f"Tenant {tenant} does not exist") from None
-    refused = sorted(set(clusters) - allowed)
-    if refused:
-        raise RestError(403, f"Cluster(s) {refused} are not in the list of allowed clusters of tenant {tenant}")
 
 
 def _retention(obj: Any) -> tuple[int, int]:
@@ -123,7 +109,7 @@ async def create_namespace(request: web.Request) -> web.Response:
         raise not_found(f"Tenant {tenant} does not exist") from None
     if not policies.replication_clusters:
         policies.replication_clusters = [ctx.cluster]
-    await _check_clusters(ctx, tenant, policies.replication_clusters)
+    await check_clusters(ctx, tenant, policies.replication_clusters)
     try:
         await ctx.configuration.create_namespace(tenant, namespace, policies)
     except NodeExistsError:
@@ -297,13 +283,9 @@ async def set_replication(request: web.Request) -> web.Response:
     """Sets the namespace's replication clusters (stored; the replicators follow it)."""
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
-    clusters = expect_str_list(await read_json(request), "the replication clusters")
-    if not clusters:
-        raise precondition_failed("the replication clusters must not be empty")
-    if len(set(clusters)) != len(clusters):
-        raise bad_request(f"the replication clusters repeat a cluster: {clusters}")
+    clusters = replication_clusters(await read_json(request))
     await ctx.policies(tenant, namespace)
-    await _check_clusters(ctx, tenant, clusters)
+    await check_clusters(ctx, tenant, clusters)
 
     def apply(p: Policies) -> Policies:
         p.replication_clusters = list(clusters)

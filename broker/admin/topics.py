@@ -20,10 +20,11 @@ from broker.managed_ledger.api import Position
 from config_store import NodeExistsError, NotFoundError, TopicPolicies
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from .body import ABSENT, expect_int, expect_object, expect_str_list, path_int, query_bool, read_json, topic_of
+from .body import ABSENT, expect_int, expect_object, path_int, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import RestError, bad_request, conflict, not_found, precondition_failed
+from .errors import RestError, bad_request, conflict, not_found
 from .keys import CONTEXT
+from .replication import check_clusters, replication_clusters
 
 routes = web.RouteTableDef()
 
@@ -472,23 +473,6 @@ def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
     return topic.tenant, topic.namespace_portion, topic.domain.value, topic.local_name
 
 
-def _replication_clusters(body: Any) -> list[str]:
-    """A replication-cluster list, checked as ``POST .../namespaces/{t}/{ns}/replication`` checks it."""
-    clusters = expect_str_list(body, "the replication clusters")
-    if not clusters:
-        raise precondition_failed("the replication clusters must not be empty")
-    if len(set(clusters)) != len(clusters):
-        raise bad_request(f"the replication clusters repeat a cluster: {clusters}")
-    return clusters
-
-
-async def _check_clusters(ctx: AdminContext, tenant: str, clusters: list[str]) -> None:
-    # The namespace routes import this module, so their helper is imported at call time (no import cycle).
-    from .namespaces import _check_clusters as check
-
-    await check(ctx, tenant, clusters)
-
-
 @routes.get(T + "/{topic}/replication")
 async def get_replication_clusters(request: web.Request) -> web.Response:
     """The topic's own replication clusters; 204 without a body when it has none, as Pulsar answers (with
@@ -511,9 +495,9 @@ async def set_replication_clusters(request: web.Request) -> web.Response:
     """Overrides the namespace's replication clusters for this topic (a JSON list of cluster names)."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
-    clusters = _replication_clusters(await read_json(request))
+    clusters = replication_clusters(await read_json(request))
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    await _check_clusters(ctx, topic.tenant, clusters)
+    await check_clusters(ctx, topic.tenant, clusters)
 
     def apply(p: TopicPolicies) -> TopicPolicies:
         p.replication_clusters = list(clusters)
