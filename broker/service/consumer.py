@@ -35,6 +35,8 @@ class Consumer:
         self.subscription = subscription
         self.connection = connection
         self.consumer_id = consumer_id
+        topic_name = subscription.topic.topic_name
+        self.partition_index = topic_name.partition_index if topic_name.is_partition else -1
         self.name = name
         self.sub_type = sub_type
         self.priority_level = priority_level
@@ -89,12 +91,13 @@ class Consumer:
         cid = self.consumer_id
         epoch = self.consumer_epoch
         pending = self.pending_acks
+        partition = self.partition_index
         for entry, count, redeliveries, ack_set in items:
             pos = entry.position
             data = entry.data
             frames.append(wire.message_frame_header(cid, pos.ledger_id, pos.entry_id, len(data),
                                                     redelivery_count=redeliveries, ack_set=ack_set,
-                                                    consumer_epoch=epoch))
+                                                    consumer_epoch=epoch, partition=partition))
             frames.append(data)
             if pos not in pending:
                 self.unacked_messages += count

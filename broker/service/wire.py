@@ -60,9 +60,10 @@ def _message_id(ledger_id: int, entry_id: int, partition: int = -1, batch_index:
 
 def message_frame_header(consumer_id: int, ledger_id: int, entry_id: int, entry_size_bytes: int, *,
                          redelivery_count: int = 0, ack_set: Sequence[int] = (),
-                         consumer_epoch: int | None = None) -> bytes:
-    """``[total_size][command_size][BaseCommand MESSAGE]`` for a MESSAGE whose entry has ``entry_size_bytes``."""
-    mid = _message_id(ledger_id, entry_id)
+                         consumer_epoch: int | None = None, partition: int = -1) -> bytes:
+    """``[total_size][command_size][BaseCommand MESSAGE]`` for a MESSAGE whose entry has ``entry_size_bytes``;
+    ``partition`` is the topic's partition index (-1: not a partition), which clients put in the message id."""
+    mid = _message_id(ledger_id, entry_id, partition)
     body = [b"\x08", _v(consumer_id), b"\x12", _v(len(mid)), mid]
     if redelivery_count:
         body += [b"\x18", _v(redelivery_count)]

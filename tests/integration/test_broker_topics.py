@@ -44,8 +44,18 @@ def test_partitioned_topic_round_trip(broker, client):
     producer = client.create_producer(topic)
     for i in range(30):
         producer.send(f"m{i}".encode(), partition_key=f"k{i}")
-    got = sorted(int(consumer.receive(RECEIVE_MS).data()[1:]) for _ in range(30))
-    assert got == list(range(30))
+    sent = {}
+    for i in range(30, 36):
+        sent[f"m{i}".encode()] = producer.send(f"m{i}".encode(), partition_key=f"k{i}")
+    msgs = [consumer.receive(RECEIVE_MS) for _ in range(36)]
+    assert sorted(int(m.data()[1:]) for m in msgs) == list(range(36))
+    # regression: a received message's id names its partition (it used to arrive as -1), as the send
+    # receipt's does, so the ids compare equal and serialize alike
+    for m in msgs:
+        assert m.message_id().partition() == int(m.topic_name().rsplit("-", 1)[1])
+        if m.data() in sent:
+            assert m.message_id() == sent[m.data()]
+            assert m.message_id().serialize() == sent[m.data()].serialize()
     loaded = broker.call(lambda: sorted(n for n in broker.service.topics() if "parts" in n))
     assert loaded == [f"{topic}-partition-{i}" for i in range(3)]
     names = broker.run(broker.service.topics_of_namespace, "public", "default")
