@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import signal
 
 import pytest
 
 from clusters import demo
-from clusters.runtime import DataDir, signal_group
-from tests.e2e.test_supervisor import magnetar, recorded, up_detached
+from tests.e2e.test_supervisor import running
 
 LOCAL = pathlib.Path(__file__).resolve().parents[2] / "clusters" / "local.toml"
 
@@ -26,18 +24,8 @@ pytestmark = pytest.mark.timeout(420)
 @pytest.fixture
 def local(tmp_path: pathlib.Path):
     """The running two-region deployment: (DataDir, its topology.json); stopped whatever the test did."""
-    ddir = DataDir(tmp_path / "deployment")
-    try:
-        up_detached(LOCAL, ddir)
-        yield ddir, json.loads(ddir.topology_path.read_text())
-    finally:
-        for log in sorted(ddir.logs.glob("*.log")) if ddir.logs.exists() else []:
-            print(f"----- last lines of {log} -----\n{ddir.log_tail(log, 30)}")
-        try:
-            magnetar("down", "--data-dir", str(ddir.root), timeout_s=90)
-        finally:
-            for _name, pid, ticks in recorded(ddir):
-                signal_group(pid, ticks, signal.SIGKILL)
+    with running(LOCAL, tmp_path, down_timeout_s=90) as deployment:
+        yield deployment
 
 
 def test_geo_demo_job_passes_every_check(local) -> None:

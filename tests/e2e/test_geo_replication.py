@@ -526,3 +526,34 @@ def test_replicated_subscription_resumes_in_the_other_region(regions, clients) -
     assert got == list(range(first, total)), "eu-west skipped or repeated messages after the first"
     assert not west.foreign, f"markers reached the application: {west.foreign[:3]}"
     producer.close()
+
+
+def test_topic_level_replication_clusters_override_the_namespace(regions, clients) -> None:
+    """A topic's own replication clusters (``POST .../{topic}/replication``) win over its namespace's, take
+    effect on the loaded topic at run time, and its removal brings the namespace's back."""
+    ns = namespace(regions, [EAST])  # the namespace replicates nowhere
+    regions.create_tenant(TENANT, [EAST, WEST])  # but the tenant may use eu-west
+    topic, other = new_topic(ns, "override"), new_topic(ns, "plain")
+    path = f"/admin/v2/{topic.replace('://', '/')}/replication"
+    producer = producer_for(clients[EAST], topic, f"{EAST}-producer", batching=False)
+    plain = producer_for(clients[EAST], other, f"{EAST}-plain", batching=False)
+    sends = Sends()
+    for i in range(20):
+        sends.send(plain, EAST, "plain", i)
+    regions[EAST].admin("POST", path, [EAST, WEST])  # loaded topic: the watch applies it
+    wait_for(lambda: regions[EAST].topic_stats(topic).get("replication", {}).get(WEST, {}).get("connected"), 30,
+             what="the overridden topic replicating to eu-west")
+    assert regions[EAST].admin("GET", path) == [EAST, WEST]
+    west = subscribe(clients[WEST], topic, "audit", WEST)
+    for i in range(50):
+        sends.send(producer, EAST, "over", i)
+    producer.flush()
+    sends.wait_all()
+    west.receive_keys([(EAST, "over", i) for i in range(50)], timeout_s=60)
+    assert_exactly_once_in_order(west, [(EAST, "over", i) for i in range(50)])
+    assert regions[EAST].topic_stats(other)["replication"] == {}  # the namespace's rule still holds there
+    regions[EAST].admin("DELETE", path)
+    wait_for(lambda: WEST not in regions[EAST].topic_stats(topic)["replication"], 30,
+             what="the override removed: replication to eu-west stopped")
+    producer.close()
+    plain.close()

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import pathlib
-import signal
 
 import pytest
 
 from clusters import STANDALONE
-from clusters.runtime import DataDir, signal_group
-from tests.e2e.test_supervisor import magnetar, recorded, up_detached
+from clusters.runtime import DataDir
+from tests.e2e.test_supervisor import magnetar, running
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -19,18 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def standalone(tmp_path: pathlib.Path):
     """A running standalone deployment: (DataDir, its topology.json)."""
-    ddir = DataDir(tmp_path / "deployment")
-    try:
-        up_detached(STANDALONE, ddir)
-        yield ddir, json.loads(ddir.topology_path.read_text())
-    finally:
-        for log in sorted(ddir.logs.glob("*.log")) if ddir.logs.exists() else []:
-            print(f"----- last lines of {log} -----\n{ddir.log_tail(log, 30)}")
-        try:
-            magnetar("down", "--data-dir", str(ddir.root), timeout_s=60)
-        finally:
-            for _name, pid, ticks in recorded(ddir):
-                signal_group(pid, ticks, signal.SIGKILL)
+    with running(STANDALONE, tmp_path, down_timeout_s=60) as deployment:
+        yield deployment
 
 
 def admin(ddir: DataDir, *args: str, ok: bool = True):

@@ -7,6 +7,7 @@ in the data dir that is still ours (pid and start time match), whatever happened
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -94,6 +95,25 @@ def up_detached(topology: pathlib.Path, ddir: DataDir) -> subprocess.CompletedPr
     result = magnetar("up", str(topology), "--data-dir", str(ddir.root), "--detach")
     assert result.returncode == 0, f"up failed:\n{result.stdout}\n{result.stderr}\n{ddir.log_tail(ddir.supervisor_log)}"
     return result
+
+
+@contextlib.contextmanager
+def running(topology: pathlib.Path, base: pathlib.Path, *, down_timeout_s: float = 90):
+    """``magnetar up TOPOLOGY --detach`` in ``base/deployment``; yields (DataDir, its topology.json). On the way
+    out, whatever the test did: the tail of every log, ``magnetar down``, then SIGKILL of every recorded
+    process group still there."""
+    ddir = DataDir(base / "deployment")
+    try:
+        up_detached(topology, ddir)
+        yield ddir, json.loads(ddir.topology_path.read_text())
+    finally:
+        for log in sorted(ddir.logs.glob("*.log")) if ddir.logs.exists() else []:
+            print(f"----- last lines of {log} -----\n{ddir.log_tail(log, 30)}")
+        try:
+            magnetar("down", "--data-dir", str(ddir.root), timeout_s=down_timeout_s)
+        finally:
+            for _name, pid, ticks in recorded(ddir):
+                signal_group(pid, ticks, signal.SIGKILL)
 
 
 def processes_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
