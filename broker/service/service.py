@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from broker.managed_ledger.api import ManagedLedgerFactory
     from broker.ownership_api import Ownership
-    from config_store import ConfigurationStore, PoliciesCache
+    from config_store import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 
     from .connection import Connection
     from .replication import ReplicationProvider
@@ -60,7 +60,7 @@ class BrokerService:
         self._unloading: dict[str, asyncio.Task] = {}
         self._server = ProtocolServer(self, config.host, config.port)
         self._policies: "Optional[PoliciesCache]" = None
-        self._topic_policies = None  # TopicPoliciesCache: topic-level replication clusters
+        self._topic_policies: "Optional[TopicPoliciesCache]" = None  # topic-level replication clusters
         self._producer_ids = itertools.count()
         self._instance = secrets.token_hex(3)
         self._tasks: set[asyncio.Task] = set()
@@ -79,9 +79,8 @@ class BrokerService:
         if self.configuration_store is not None:
             self._policies = self.configuration_store.policies_cache()
             self._policies.add_listener(self._on_policies)
-            if hasattr(self.configuration_store, "topic_policies_cache"):
-                self._topic_policies = self.configuration_store.topic_policies_cache()
-                self._topic_policies.add_listener(self._on_topic_policies)
+            self._topic_policies = self.configuration_store.topic_policies_cache()
+            self._topic_policies.add_listener(self._on_topic_policies)
         self.port = await self._server.start()
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
         if self.registry is not None:
