@@ -33,10 +33,6 @@ class ServiceConfig:
             (the managed ledger may persist more often).
         require_namespace: refuse topics whose namespace is absent from the configuration store.
         deduplication_enabled: the broker-wide default for namespaces whose policy leaves it unset.
-        notify_end_of_topic: send REACHED_END_OF_TOPIC to consumers that consumed a terminated topic. Off
-            by default: pulsar-client 3.13 (C++ core 4.2) was seen to log "Received invalid message from
-            server" on it and drop the connection, then loop reconnecting every 100 ms; until that is
-            understood, its consumers simply wait at the end (producers are still refused).
         server_version: announced in CONNECTED.
     """
 
@@ -56,5 +52,4 @@ class ServiceConfig:
     subscription_ack_flush_interval_s: float = 1.0
     require_namespace: bool = True
     deduplication_enabled: bool = False
-    notify_end_of_topic: bool = False
     server_version: str = "Magnetar 0.1"

@@ -5,6 +5,15 @@ messages takes n permits and may drive them negative as in Pulsar), the pending 
 sent and not yet acknowledged, with their message counts, so a disconnect or a REDELIVER can hand them
 back) and the counters behind its stats. It writes MESSAGE frames itself, splicing the stored entry
 behind a hand-encoded header (``wire.message_frame_header``) in one vectored write.
+
+REACHED_END_OF_TOPIC goes only to clients that handle it (``peer_handles_end_of_topic``). Pulsar sends it to
+every client speaking protocol v9 or later, but the C++ core that pulsar-client (Python, C++, Node.js) wraps
+has never had a case for it: ``ClientConnection::handleIncomingCommand`` (pulsar-client-cpp v4.2.0,
+lib/ClientConnection.cc:991-993) falls through to ``default``, logs "Received invalid message from server"
+and closes the connection; pulsar-client-go's ``connection.receivedCommand`` does the same ("Received invalid
+command type"). Their consumers then reconnect, the new consumer is again at the end, is told again, and so
+on (pulsar-client: every 100 ms, its first reconnection delay). Those clients simply wait at the end; their
+readers learn it from GET_LAST_MESSAGE_ID (``has_message_available()`` is False).
 """
 
 from __future__ import annotations
@@ -23,6 +32,19 @@ if TYPE_CHECKING:
     from .subscription import Subscription
 
 SubType = pb.CommandSubscribe.SubType
+
+_END_OF_TOPIC_MIN_PROTOCOL = 9  # the protocol version that added REACHED_END_OF_TOPIC
+# CONNECT client_version prefixes of official clients that close the connection on REACHED_END_OF_TOPIC
+# (see the module docstring): the C++ core ("Pulsar-CPP-v4.2.0", also under Python and Node.js) and Go.
+_CLIENTS_WITHOUT_END_OF_TOPIC = ("Pulsar-CPP-v", "Pulsar Go ")
+
+
+def peer_handles_end_of_topic(client_version: str, protocol_version: int) -> bool:
+    """Whether a client that announced ``client_version`` / ``protocol_version`` in CONNECT may be sent
+    REACHED_END_OF_TOPIC: as Pulsar, protocol v9 or later, except the clients known to drop the connection
+    on it (the Java client and Magnetar's own handle it)."""
+    return protocol_version >= _END_OF_TOPIC_MIN_PROTOCOL and not client_version.startswith(
+        _CLIENTS_WITHOUT_END_OF_TOPIC)
 
 
 class Consumer:
@@ -45,12 +67,14 @@ class Consumer:
         self.consumer_epoch = consumer_epoch
         self.max_unacked_messages = max_unacked_messages
         self.permits = 0
+        self.flow_seen = False  # a FLOW arrived: the client has our SUBSCRIBE answer and is attached
         self.pending_acks: dict[Position, int] = {}  # position -> messages of that entry still unacked
         self.unacked_messages = 0
         self.blocked = False  # too many unacked messages (Shared / Key_Shared)
         self.closed = False
         self.is_active = False
-        self.reached_end_of_topic = False  # REACHED_END_OF_TOPIC was sent
+        self.reached_end_of_topic = False  # found at the end of the terminated topic
+        self.end_of_topic_notified = False  # ... and sent REACHED_END_OF_TOPIC (its client handles it)
         self.join_position: Optional[Position] = None  # Key_Shared: restricted until acks pass it
         self.connected_since = iso_now()
         self.msg_out = RateMeter()
@@ -77,6 +101,7 @@ class Consumer:
 
     def flow(self, permits: int) -> None:
         self.permits += permits
+        self.flow_seen = True
         self.last_flow_ms = int(time.time() * 1000)
 
     # --------------------------------------------------------------------------------- sending
@@ -174,13 +199,22 @@ class Consumer:
         self.connection.write(encode_command(wrap(pb.CommandActiveConsumerChange(
             consumer_id=self.consumer_id, is_active=active))))
 
-    def notify_reached_end_of_topic(self) -> bool:
-        """Sends REACHED_END_OF_TOPIC (the topic is terminated and this consumer's subscription has nothing
-        left to deliver), once per consumer; returns whether it was sent now."""
-        if self.reached_end_of_topic or self.closed:
+    def reached_end(self) -> bool:
+        """The topic is terminated and this consumer's subscription has nothing left to deliver: marks it, and
+        sends REACHED_END_OF_TOPIC if the client handles it (``peer_handles_end_of_topic``). Once per consumer:
+        returns whether this call was the first.
+
+        Not before the consumer's first FLOW (returns False; its FLOW wakes the dispatcher to ask again): a
+        client may drop a notification that arrives while it is still waiting for the SUBSCRIBE answer, or in
+        the same read as that answer (Magnetar's client does). Pulsar too finds the end only on a read, which
+        needs permits."""
+        if self.reached_end_of_topic or self.closed or not self.flow_seen:
             return False
         self.reached_end_of_topic = True
-        self.connection.write(encode_command(wrap(pb.CommandReachedEndOfTopic(consumer_id=self.consumer_id))))
+        conn = self.connection
+        if peer_handles_end_of_topic(conn.client_version, conn.protocol_version):
+            conn.write(encode_command(wrap(pb.CommandReachedEndOfTopic(consumer_id=self.consumer_id))))
+            self.end_of_topic_notified = True
         return True
 
     def notify_closed(self) -> None:

@@ -21,8 +21,11 @@ position may have been moved by the read completing after the rewind.
 
 End of topic: when the topic is terminated, a round that finds nothing to do (``WAIT_ENTRIES`` or
 ``WAIT_EVENT``) checks whether the subscription has no backlog left (everything acknowledged, as Pulsar
-requires) and then sends REACHED_END_OF_TOPIC to each consumer, once per consumer (``_check_end_of_topic``;
-a consumer joining later is told on its first idle round). Termination itself wakes every dispatcher.
+requires) and then tells each consumer, once per consumer and not before its first FLOW
+(``_check_end_of_topic``; a consumer joining later is told on the idle round its FLOW wakes).
+``Consumer.reached_end`` sends REACHED_END_OF_TOPIC only to clients that handle it: pulsar-client's C++ core
+and the Go client close their connection on it, which made them reconnect and be told again every 100 ms.
+Termination itself wakes every dispatcher.
 
 Filtering: entries already acknowledged (the cursor says so, or an acknowledgement is queued for it) are
 skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered. A
@@ -69,7 +72,8 @@ class Dispatcher:
         self._task: Optional[asyncio.Task] = None
         self._closed = False
         self._errors = 0
-        self.end_of_topic_sent = 0  # REACHED_END_OF_TOPIC commands sent (stats, tests)
+        self.end_of_topic_reached = 0  # consumers found at the end of the terminated topic (stats, tests)
+        self.end_of_topic_sent = 0  # ... of which were sent REACHED_END_OF_TOPIC (stats, tests)
         self.log_prefix = f"[{subscription.topic.name}][{subscription.name}]"
 
     # --------------------------------------------------------------------------------- lifecycle
@@ -168,8 +172,6 @@ class Dispatcher:
     def _check_end_of_topic(self) -> None:
         if not self.consumers or not self.subscription.topic.ml.terminated:
             return
-        if not self.subscription.topic.service.config.notify_end_of_topic:
-            return
         try:
             if self.cursor.backlog_entries() > 0:
                 return
@@ -177,9 +179,12 @@ class Dispatcher:
             log.debug("%s end-of-topic check: %s", self.log_prefix, exc)
             return
         for consumer in list(self.consumers):
-            if consumer.notify_reached_end_of_topic():
-                self.end_of_topic_sent += 1
-                log.info("%s %s reached the end of the terminated topic", self.log_prefix, consumer)
+            if consumer.reached_end():
+                self.end_of_topic_reached += 1
+                self.end_of_topic_sent += consumer.end_of_topic_notified
+                log.info("%s %s reached the end of the terminated topic (%s)", self.log_prefix, consumer,
+                         "notified" if consumer.end_of_topic_notified else
+                         f"not notified: {consumer.connection.client_version!r} does not handle it")
 
     # --------------------------------------------------------------------------------- helpers
 
