@@ -42,7 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clusters.demo import replicate_namespace, stats_path  # noqa: E402
-from magnetar.admin_cli import AdminClient, AdminError  # noqa: E402
+from magnetar.admin_client import AdminClient, AdminError  # noqa: E402
 from magnetar.perf import PerfSpec, run_perf  # noqa: E402
 
 LOCAL = ROOT / "clusters" / "local.toml"

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from magnetar.errors import MagnetarError
 from observability import MetricsServer, serve_metrics
+from observability.runtime import RuntimeMetrics, tune_gc
 
 from .config import BookieConfig
 from .disk import DiskMonitor
@@ -54,6 +55,7 @@ class BookieServer:
         self._registration: Optional[Registration] = None
         self._zk_session = ""
         self._closed = False
+        self.runtime_metrics: Optional[RuntimeMetrics] = None
 
     @property
     def address(self) -> str:
@@ -113,6 +115,8 @@ class BookieServer:
         else:
             log.info("zookeeper is empty: running without registration")
         self._write_endpoints()
+        self.runtime_metrics = RuntimeMetrics(self.registry)
+        self.runtime_metrics.start()
         log.info("bookie %s ready", self.bookie_id)
 
     async def close(self) -> None:
@@ -120,6 +124,8 @@ class BookieServer:
             return
         self._closed = True
         log.info("shutting down")
+        if self.runtime_metrics is not None:
+            self.runtime_metrics.close()
         if self.service is not None:
             self.service.closing = True
         if self._disk is not None:
@@ -216,6 +222,8 @@ async def serve(config: BookieConfig) -> None:
     server = BookieServer(config)
     try:
         await server.start()
+        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
+            tune_gc()
         await stop.wait()
         log.info("signal received")
     finally:

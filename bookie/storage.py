@@ -23,19 +23,20 @@ Theory of operation (the shape of BookKeeper's DbLedgerStorage):
 
 Threads: the event loop owns every in-memory structure; one storage thread runs flushes and GC steps
 (so they never race each other); a small pool serves entry-log reads; the journal has its own writer.
+
+Flush and replay live in :mod:`bookie.storage_flush` (``Storage`` inherits them); the per-ledger state in
+:mod:`bookie.storage_state`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import enum
 import fcntl
 import logging
 import os
 import time
-from collections import defaultdict
-from typing import AsyncIterator, NamedTuple, Optional, Sequence
+from typing import AsyncIterator, Optional, Sequence
 
 from magnetar.proto import bookie_pb2
 
@@ -46,8 +47,10 @@ from .config import BookieConfig
 from .entrylog import EntryLogWriter, ReadResult, list_entry_logs, read_indexed
 from .errors import BookieError
 from .gc import Action, GarbageCollector
-from .index import FlushBatch, Index, LedgerRecord, encode_location, entry_key
-from .journal import Journal, JournalClosedError, JournalObserver, Position, ReplayedRecord
+from .index import Index
+from .journal import Journal, JournalClosedError, JournalObserver, Position
+from .storage_flush import StorageFlush
+from .storage_state import LacInfo, LedgerState, StorageState
 from .writecache import WriteCache
 
 log = logging.getLogger("bookie.storage")
@@ -55,35 +58,6 @@ log = logging.getLogger("bookie.storage")
 READ_CHUNK_BYTES = 1024 * 1024
 READ_CHUNK_ENTRIES = 8192
 _DISK_RUN_MAX = 512
-
-
-class StorageState(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-class LedgerState:
-    """What the bookie knows of one ledger (mutated on the event loop only)."""
-
-    __slots__ = ("fenced", "deleted", "lac", "last_entry_id")
-
-    def __init__(self, fenced: bool = False, deleted: bool = False, lac: int = -1, last_entry_id: int = -1):
-        self.fenced = fenced
-        self.deleted = deleted
-        self.lac = lac
-        self.last_entry_id = last_entry_id
-
-    def record(self) -> LedgerRecord:
-        return LedgerRecord(self.fenced, self.deleted, self.lac, self.last_entry_id)
-
-
-class LacInfo(NamedTuple):
-    last_add_confirmed: int
-    last_entry_id: int
-    fenced: bool
-    known: bool
 
 
 class StorageObserver(JournalObserver):
@@ -99,7 +73,7 @@ class StorageObserver(JournalObserver):
         pass
 
 
-class Storage:
+class Storage(StorageFlush):
     """A bookie's durable state. ``await start()`` replays the journal; ``await close()`` drains and flushes."""
 
     def __init__(self, config: BookieConfig, *, observer: Optional[StorageObserver] = None) -> None:
@@ -493,144 +467,6 @@ class Storage:
         if any(r.status == INTERNAL for r in results):
             self.observer.on_corrupt_read()
         return results
-
-    # -- flush ---------------------------------------------------------------------------------------------
-
-    async def _flush_loop(self) -> None:
-        interval_s = self.config.flush_interval_ms / 1000
-        while True:
-            try:
-                await asyncio.wait_for(self._flush_wanted.wait(), interval_s)
-            except asyncio.TimeoutError:
-                pass
-            self._flush_wanted.clear()
-            try:
-                await self.flush()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("flush failed; the cache is kept and the flush will be retried")
-                await asyncio.sleep(interval_s)
-
-    async def flush(self) -> None:
-        """Flushes the write cache to entry logs + index and advances the checkpoint (no-op when clean)."""
-        async with self._flush_lock:
-            checkpoint = self.journal.written_position
-            if not self._cache.active and not self._dirty and not self._pending_deletes:
-                if checkpoint == self._checkpoint or self.state is StorageState.NEW:
-                    return
-                # Nothing to write, but the journal moved on (a restart opened a new file, or only barriers
-                # and already-applied records were written): advancing the checkpoint lets old files go.
-            snapshot, nbytes = self._cache.swap()
-            states = {lid: self._ledgers[lid].record() for lid in self._dirty}
-            deletes = self._pending_deletes
-            self._dirty, self._pending_deletes = set(), []
-            loop = asyncio.get_running_loop()
-            started = time.perf_counter()
-            job = loop.run_in_executor(self._storage_pool, self._flush_sync, snapshot, states, deletes, checkpoint)
-            try:
-                entries = await asyncio.shield(job)
-            except asyncio.CancelledError:
-                await asyncio.wait([job])  # never leave the storage thread writing a snapshot we dropped
-                self._finish_flush(job, snapshot, states, deletes)
-                raise
-            except BaseException:
-                self._finish_flush(job, snapshot, states, deletes)
-                raise
-            self._finish_flush(job, snapshot, states, deletes)
-            self.observer.on_flush(entries, nbytes, time.perf_counter() - started)
-
-    def _finish_flush(self, job, snapshot, states, deletes) -> None:
-        if job.cancelled() or job.exception() is not None:
-            # Put everything back so that nothing is lost and the next flush retries it.
-            self._cache.restore(snapshot, keep=lambda lid: not self._ledgers[lid].deleted)
-            self._dirty.update(states)
-            self._pending_deletes[:0] = deletes
-        else:
-            self._cache.flushed()
-        self._room.set()
-
-    def _flush_sync(
-        self,
-        snapshot: dict[int, dict[int, tuple[int, bytes]]],
-        states: dict[int, LedgerRecord],
-        deletes: list[int],
-        checkpoint: Optional[Position],
-    ) -> int:
-        deleted_now = set(deletes)
-        locations: list[tuple[bytes, bytes]] = []
-        usage: dict[int, dict[int, int]] = defaultdict(dict)
-        append = self._writer.append
-        count = 0
-        for lid in sorted(snapshot):
-            if lid in deleted_now:
-                continue
-            entries = snapshot[lid]
-            per_log_bytes: dict[int, int] = defaultdict(int)
-            for eid in sorted(entries):
-                lac, payload = entries[eid]
-                loc = append(lid, eid, lac, payload)
-                locations.append((entry_key(lid, eid), encode_location(*loc)))
-                per_log_bytes[loc.log_id] += loc.size
-            count += len(entries)
-            for log_id, nbytes in per_log_bytes.items():
-                usage[log_id][lid] = nbytes
-        self._writer.sync()
-        self.index.commit_flush(FlushBatch(locations, states, deletes, dict(usage), checkpoint))
-        self._committed_deleted.update(deletes)
-        if checkpoint is not None:
-            self._checkpoint = checkpoint
-            removed = self.journal.reclaim(checkpoint)
-            if removed:
-                log.info("checkpoint %s: %d journal files removed", checkpoint, removed)
-        self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
-        return count
-
-    # -- replay --------------------------------------------------------------------------------------------
-
-    def _apply_replayed(self, record: ReplayedRecord) -> None:
-        kind = record.record_type
-        if kind == codec.RecordType.ADD:
-            try:
-                request = bookie_pb2.AddRequest.FromString(record.body)
-            except Exception as err:  # CRC passed, so this is a bug, not a disk fault: say so loudly
-                log.error("journal ADD record at %s does not parse (%s); skipped", record.end, err)
-                return
-            for e in request.entries:
-                lid, eid = e.ledger_id, e.entry_id
-                state = self._ledgers.get(lid)
-                if state is None:
-                    state = self._new_ledger(lid)
-                if state.deleted:
-                    continue
-                if self._cached(lid, eid) is not None:
-                    continue
-                if eid <= state.last_entry_id and self.index.get(lid, eid) is not None:
-                    continue
-                payload = e.payload
-                self._cache.ledger(lid)[eid] = (e.last_add_confirmed, payload)
-                self._cache.added(len(payload))
-                state.last_entry_id = max(state.last_entry_id, eid)
-                state.lac = max(state.lac, e.last_add_confirmed)
-                self._dirty.add(lid)
-        elif kind == codec.RecordType.FENCE:
-            lid = codec.decode_ledger_id(record.body)
-            state = self._ledgers.get(lid) or self._new_ledger(lid)
-            if not state.fenced:
-                state.fenced = True
-                self._dirty.add(lid)
-        elif kind == codec.RecordType.DELETE:
-            self._apply_delete(codec.decode_ledger_id(record.body))
-        else:
-            log.error("journal record of unknown type %d at %s; skipped", kind, record.end)
-
-    def _flush_replayed(self, checkpoint: Position) -> None:
-        """A flush during replay (storage thread, nothing else running): bounds memory on a long journal."""
-        snapshot, _nbytes = self._cache.swap()
-        states = {lid: self._ledgers[lid].record() for lid in self._dirty}
-        deletes, self._dirty, self._pending_deletes = self._pending_deletes, set(), []
-        self._flush_sync(snapshot, states, deletes, checkpoint)
-        self._cache.flushed()
 
     # -- garbage collection ------------------------------------------------------------------------------
 

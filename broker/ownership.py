@@ -7,6 +7,8 @@ range holds ``crc32(complete topic name)`` (Pulsar hashes with Guava's CRC32 the
 live in the namespace's policies (``"bundles": {"boundaries": ["0x00000000", ...], "numBundles": n}``);
 a namespace without them gets the broker default (4 bundles), pinned into its policies by compare-and-set
 the first time a broker needs them, so every broker agrees.
+The bundle arithmetic itself is pure and lives in :mod:`broker.bundles`; the errors (each with the
+answer a client gets) in :mod:`broker.ownership_errors`.
 
 A bundle is served by exactly one broker: its owner holds the ephemeral node
 ``/namespace/<tenant>/<ns>/<bundle>`` in the region's ZooKeeper (``config_store.BrokerRegistry``). A
@@ -35,13 +37,11 @@ disconnected and look up again), then delete the node. On shutdown the broker fi
 from __future__ import annotations
 
 import asyncio
-import bisect
 import dataclasses
 import enum
 import logging
 import time
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
@@ -50,167 +50,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from config_store import (BadVersionError, ConfigurationStore, EphemeralRegistration, InvalidMetadataError,
                           MetadataError, MetadataStore, NotFoundError, Policies, SessionEvent)
 from config_store.brokers import BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner
-from magnetar.errors import MagnetarError
-from magnetar.protocol import pb
 from magnetar.topic_name import TopicName
 
 from . import metrics_names as names
+from .bundles import NamespaceBundle, NamespaceBundles, bundles_data, default_boundaries, parse_bundles_data, rendezvous
 from .ownership_api import LookupResult, Ownership
+from .ownership_errors import NamespaceNotFoundError, OwnershipError, ServiceUnitNotReadyError
 
 log = logging.getLogger("broker.ownership")
-
-ServerError = pb.ServerError
-FULL_UPPER_BOUND = 0xFFFFFFFF
-BUNDLES_MAX = 1024
-
-# ---------------------------------------------------------------------------------------------- errors
-
-
-class OwnershipError(MagnetarError):
-    """Root of ownership and lookup errors.
-
-    Like the service's errors, each class names the protocol ``server_error`` a client receives in a
-    failed LOOKUP and the ``http_status`` the REST API answers.
-    """
-
-    server_error: int = ServerError.UnknownError
-    http_status: int = 500
-
-
-class NamespaceNotFoundError(OwnershipError):
-    """The topic's namespace does not exist in the configuration store."""
-
-    server_error = ServerError.TopicNotFound
-    http_status = 404
-
-
-class BundleNotFoundError(OwnershipError):
-    """No bundle of the namespace has that name."""
-
-    server_error = ServerError.TopicNotFound
-    http_status = 404
-
-
-class ServiceUnitNotReadyError(OwnershipError):
-    """The bundle cannot be served right now (being unloaded, no broker available, this broker closing,
-    metadata store unreachable). Clients retry their lookup (Pulsar's ``ServiceNotReady``)."""
-
-    server_error = ServerError.ServiceNotReady
-    http_status = 503
-    retriable = True
-
-
-# ---------------------------------------------------------------------------------------------- bundles (pure)
-
-
-def topic_hash(topic: str) -> int:
-    """The 32-bit hash that places a topic in a bundle: CRC32 of the complete name, as Pulsar's default."""
-    return zlib.crc32(topic.encode("utf-8"))
-
-
-def default_boundaries(num_bundles: int) -> list[int]:
-    """``num_bundles`` equal ranges over the hash space (Pulsar's ``getBundles``: 4 gives 0x00000000,
-    0x40000000, 0x80000000, 0xc0000000, 0xffffffff)."""
-    if type(num_bundles) is not int or not 1 <= num_bundles <= BUNDLES_MAX:
-        raise ValueError(f"the number of bundles must be an integer in 1..{BUNDLES_MAX}, got {num_bundles!r}")
-    seg = (1 << 32) // num_bundles
-    return [i * seg for i in range(num_bundles)] + [FULL_UPPER_BOUND]
-
-
-def bundles_data(boundaries: list[int]) -> dict[str, Any]:
-    """Pulsar's ``BundlesData`` JSON for ``boundaries``."""
-    return {"boundaries": [f"0x{b:08x}" for b in boundaries], "numBundles": len(boundaries) - 1}
-
-
-def parse_bundles_data(data: Any) -> list[int]:
-    """The boundaries of a ``BundlesData`` object (``boundaries`` and/or ``numBundles``); ValueError if
-    malformed. Boundaries must be ``0x`` hex strings, strictly ascending from 0 to 0xffffffff."""
-    if not isinstance(data, dict):
-        raise ValueError("bundles must be an object with 'boundaries' and/or 'numBundles'")
-    num = data.get("numBundles")
-    if num is not None and (type(num) is not int or not 1 <= num <= BUNDLES_MAX):
-        raise ValueError(f"bundles.numBundles must be an integer in 1..{BUNDLES_MAX}, got {num!r}")
-    raw = data.get("boundaries")
-    if raw is None:
-        if num is None:
-            raise ValueError("bundles needs 'boundaries' or 'numBundles'")
-        return default_boundaries(num)
-    if not isinstance(raw, list) or not all(isinstance(b, str) for b in raw):
-        raise ValueError("bundles.boundaries must be a list of hex strings like \"0x40000000\"")
-    try:
-        bounds = [int(b, 16) if b.lower().startswith("0x") else _bad_hex(b) for b in raw]
-    except ValueError:
-        raise ValueError(f"bundles.boundaries must be hex strings like \"0x40000000\", got {raw}") from None
-    if len(bounds) < 2 or len(bounds) - 1 > BUNDLES_MAX:
-        raise ValueError(f"bundles.boundaries must hold 2..{BUNDLES_MAX + 1} values, got {len(bounds)}")
-    if bounds[0] != 0 or bounds[-1] != FULL_UPPER_BOUND:
-        raise ValueError("bundles.boundaries must start at 0x00000000 and end at 0xffffffff")
-    if any(b >= c for b, c in zip(bounds, bounds[1:])):
-        raise ValueError("bundles.boundaries must be strictly ascending")
-    if num is not None and num != len(bounds) - 1:
-        raise ValueError(f"bundles.numBundles ({num}) does not match the boundaries ({len(bounds) - 1} bundles)")
-    return bounds
-
-
-def _bad_hex(text: str) -> int:
-    raise ValueError(text)
-
-
-@dataclass(frozen=True, order=True)
-class NamespaceBundle:
-    """One hash range ``[lower, upper)`` of a namespace (the last range includes 0xffffffff)."""
-
-    tenant: str
-    namespace: str
-    lower: int
-    upper: int
-
-    @property
-    def name(self) -> str:
-        """Pulsar's bundle name, e.g. ``0x00000000_0x40000000``."""
-        return f"0x{self.lower:08x}_0x{self.upper:08x}"
-
-    @property
-    def namespace_name(self) -> str:
-        return f"{self.tenant}/{self.namespace}"
-
-    def contains(self, hash_value: int) -> bool:
-        return self.lower <= hash_value < self.upper or (self.upper == FULL_UPPER_BOUND == hash_value)
-
-    def __str__(self) -> str:
-        return f"{self.tenant}/{self.namespace}/{self.name}"
-
-
-class NamespaceBundles:
-    """The bundles of one namespace, found by hash in O(log n)."""
-
-    def __init__(self, tenant: str, namespace: str, boundaries: list[int]) -> None:
-        self.tenant = tenant
-        self.namespace = namespace
-        self.boundaries = list(boundaries)
-        self.bundles = [NamespaceBundle(tenant, namespace, lo, hi) for lo, hi in zip(boundaries, boundaries[1:])]
-
-    def find(self, hash_value: int) -> NamespaceBundle:
-        index = bisect.bisect_right(self.boundaries, hash_value) - 1
-        return self.bundles[min(index, len(self.bundles) - 1)]
-
-    def for_topic(self, topic: TopicName) -> NamespaceBundle:
-        return self.find(topic_hash(str(topic)))
-
-    def get(self, name: str) -> NamespaceBundle | None:
-        for bundle in self.bundles:
-            if bundle.name == name:
-                return bundle
-        return None
-
-
-def rendezvous(bundle: NamespaceBundle, broker_id: str) -> int:
-    """A stable per-(bundle, broker) number: among equally loaded brokers the lowest one wins, so ties
-    spread bundles evenly and every broker breaks them the same way."""
-    return zlib.crc32(f"{bundle}|{broker_id}".encode())
-
-
-# ---------------------------------------------------------------------------------------------- the service
 
 
 class _State(enum.Enum):

@@ -38,12 +38,14 @@ from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, M
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad
 from magnetar.errors import MagnetarError
+from observability.runtime import RuntimeMetrics, tune_gc
 from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT
 
 from .admin import AdminContext, make_app
+from .bundles import NamespaceBundle, bundles_data, default_boundaries
 from .config import BrokerConfig
 from .lookup_http import routes as lookup_routes
-from .ownership import BundleOwnership, NamespaceBundle, bundles_data, default_boundaries
+from .ownership import BundleOwnership
 
 log = logging.getLogger("broker.process")
 
@@ -77,6 +79,7 @@ class BrokerProcess:
         self._runner: Optional[web.AppRunner] = None
         self._http_socket: Optional[socket.socket] = None
         self._state = "new"
+        self.runtime_metrics: Optional[RuntimeMetrics] = None
 
     @property
     def pulsar_url(self) -> str:
@@ -115,6 +118,8 @@ class BrokerProcess:
         await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url)
         await self._start_http()
         self._write_endpoints()
+        self.runtime_metrics = RuntimeMetrics(self.registry)
+        self.runtime_metrics.start()
         self._state = "started"
         log.info("broker %s ready: %s %s (cluster %s)", self.broker_id, self.pulsar_url, self.http_url, config.cluster)
 
@@ -219,6 +224,8 @@ class BrokerProcess:
             return
         self._state = "closing"
         log.info("shutting down")
+        if self.runtime_metrics is not None:
+            self.runtime_metrics.close()
         grace_s = self.config.shutdown_grace_ms / 1000
         try:
             async with asyncio.timeout(grace_s):
@@ -373,6 +380,8 @@ async def serve(config: BrokerConfig) -> None:
     broker = BrokerProcess(config)
     try:
         await broker.start()
+        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
+            tune_gc()
         await stop.wait()
         log.info("signal received")
     finally:

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from magnetar.admin_cli import AdminClient, AdminError
+from magnetar.admin_client import AdminClient, AdminError
 
 REPO_CLUSTERS = pathlib.Path(__file__).resolve().parent
 DEFAULT_TOPOLOGY = REPO_CLUSTERS / "local.toml"

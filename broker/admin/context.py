@@ -15,8 +15,10 @@ from config_store import ConfigurationStore, NotFoundError, Policies, RegionStor
 from config_store.brokers import BrokerRegistry
 from magnetar.topic_name import TopicName
 
-from ..ownership import BundleOwnership, ServiceUnitNotReadyError, bundles_data, default_boundaries
+from ..bundles import bundles_data, default_boundaries
+from ..ownership import BundleOwnership
 from ..ownership_api import LookupResult
+from ..ownership_errors import ServiceUnitNotReadyError
 from .errors import RestError, not_found
 
 HealthCheck = Callable[[], tuple[bool, str]]
@@ -70,6 +72,28 @@ class AdminContext:
             return (await self.configuration.get_namespace_policies(tenant, namespace)).value
         except NotFoundError:
             raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
+
+    async def partitions(self, topic: TopicName) -> int:
+        """The partition count of ``topic`` (0: not a partitioned topic). A partition's own name is never a
+        partitioned topic (such names are refused at creation), so it costs no metadata read."""
+        if topic.is_partition:
+            return 0
+        try:
+            return (await self.configuration.get_partitioned_topic(topic.tenant, topic.namespace_portion,
+                                                                   topic.domain.value, topic.local_name)).value
+        except NotFoundError:
+            return 0
+
+    async def served_topic(self, request: web.Request, topic: TopicName, *, create: bool = False) -> Any:
+        """The service's Topic for an operation on one topic, at its owner: 307 to the owner from elsewhere
+        (see :meth:`ensure_owner`), 404 if it does not exist (unless ``create``). The caller has checked the
+        namespace."""
+        service = self.require_service()
+        await self.ensure_owner(request, topic)
+        served = await service.get_topic(str(topic), create=create)
+        if served is None:
+            raise not_found(f"Topic {topic} not found")
+        return served
 
     def default_bundles_data(self) -> dict[str, Any]:
         return bundles_data(default_boundaries(self.default_bundles))

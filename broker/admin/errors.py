@@ -24,7 +24,7 @@ from config_store import (BadVersionError, InvalidMetadataError, MetadataError, 
 from magnetar.errors import MagnetarError
 from magnetar.topic_name import InvalidTopicNameError
 
-from ..ownership import BundleNotFoundError, NamespaceNotFoundError, ServiceUnitNotReadyError
+from ..ownership_errors import BundleNotFoundError, NamespaceNotFoundError, ServiceUnitNotReadyError
 
 log = logging.getLogger("broker.admin")
 

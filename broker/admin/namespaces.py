@@ -17,7 +17,7 @@ from config_store import NodeExistsError, NotEmptyError, NotFoundError, Policies
 from config_store.configuration import check_name
 from config_store.errors import InvalidMetadataError
 
-from ..ownership import bundles_data, parse_bundles_data
+from ..bundles import bundles_data, parse_bundles_data
 from .body import ABSENT, expect_bool, expect_int, expect_object, expect_str_list, read_json
 from .context import AdminContext, redirect_location
 from .errors import RestError, bad_request, conflict, not_found

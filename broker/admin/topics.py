@@ -1,28 +1,28 @@
-"""``/admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/...``: topics, partitioned topics and
-subscriptions.
+"""``/admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/...``: topics and partitioned topics (the
+subscription calls are in ``subscriptions.py``, served from this module's route table).
 
 Every operation on one topic runs at the topic's owner: a broker that does not serve the topic answers
 307 to the owner (or to the broker it assigns the bundle to, with ``authoritative=true``), as Pulsar does;
-``magnetar admin`` and pulsar-admin follow it. Calls that span partitions fan out over HTTP to each
-partition's owner (through this broker's own URL, so the same redirects apply). Topic policies live in the
-global configuration store, so any broker of any region answers them without a redirect.
+``magnetar admin`` and pulsar-admin follow it. Calls on a partitioned topic's base name fan out over HTTP to
+each partition's owner (``fanout.py``: through this broker's own URL, so the same redirects apply). Topic
+policies live in the global configuration store, so any broker of any region answers them without a redirect.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from typing import Any, Callable
 
 from aiohttp import web
 
-from broker.managed_ledger.api import Position
 from config_store import NodeExistsError, NotFoundError, TopicPolicies
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from .body import ABSENT, expect_int, expect_object, path_int, query_bool, read_json, topic_of
+from . import subscriptions
+from .body import expect_int, query_bool, read_json, topic_of
 from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
+from .fanout import PartitionAnswer, fan_out, judge, partition_calls
 from .keys import CONTEXT
 from .replication import check_clusters, replication_clusters
 
@@ -30,8 +30,6 @@ routes = web.RouteTableDef()
 
 T = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}"
 _TOPIC_SEGMENT = 6  # ['', 'admin', 'v2', domain, tenant, namespace, topic, ...]
-_SUBSCRIPTION_SEGMENT = 8  # [..., topic, 'subscription', subscription, ...]
-_LATEST = (1 << 63) - 1  # MessageId.latest is (Long.MAX_VALUE, Long.MAX_VALUE)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -74,88 +72,18 @@ async def topic_exists(ctx: AdminContext, topic: TopicName) -> bool:
     return False
 
 
-async def _partitions(ctx: AdminContext, topic: TopicName) -> int:
-    """The partition count of ``topic`` (0: not a partitioned topic)."""
-    try:
-        return (await ctx.configuration.get_partitioned_topic(topic.tenant, topic.namespace_portion,
-                                                              topic.domain.value, topic.local_name)).value
-    except NotFoundError:
-        return 0
-
-
 async def _served_topic(request: web.Request, *, create: bool = False) -> tuple[AdminContext, TopicName, Any]:
     """(context, name, Topic) for an operation on one existing topic, at its owner (else 307 / 404)."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    service = ctx.require_service()
-    await ctx.ensure_owner(request, topic)
-    served = await service.get_topic(str(topic), create=create)
-    if served is None:
-        raise not_found(f"Topic {topic} not found")
-    return ctx, topic, served
+    return ctx, topic, await ctx.served_topic(request, topic, create=create)
 
 
-def _subscription_of(request: web.Request) -> str:
-    raw = request.rel_url.raw_path.split("/")
-    try:
-        name = decode_local_name(raw[_SUBSCRIPTION_SEGMENT])
-    except (IndexError, UnicodeDecodeError):
-        raise bad_request(f"malformed subscription in {request.rel_url.raw_path!r}") from None
-    if not name:
-        raise bad_request("the subscription name is empty")
-    return name
-
-
-def _require_subscription(topic: TopicName, served: Any, subscription: str) -> None:
-    if subscription not in served.subscriptions:
-        raise not_found(f"Subscription {subscription} not found on topic {topic}")
-
-
-def _message_id(body: Any) -> tuple[int, int]:
-    """``(ledgerId, entryId)`` of a MessageId body; (-1, -1) means earliest and (MAX, MAX) latest, as
-    pulsar-admin sends ``MessageId.earliest`` / ``MessageId.latest``."""
-    obj = expect_object(body, "the message id")
-    for key in ("ledgerId", "entryId"):
-        if key not in obj:
-            raise bad_request(f"the message id needs {key}")
-    ledger_id = expect_int(obj["ledgerId"], "ledgerId", minimum=-1, maximum=_LATEST)
-    entry_id = expect_int(obj["entryId"], "entryId", minimum=-1, maximum=_LATEST)
-    for key in ("partitionIndex", "batchIndex"):
-        if key in obj:
-            expect_int(obj[key], key, minimum=-1)
-    if ledger_id < 0 and entry_id >= 0:
-        raise bad_request(f"ledgerId must be >= 0 (or -1 with entryId -1 for earliest), got {ledger_id}")
-    return ledger_id, entry_id
-
-
-def _initial_position(message_id: tuple[int, int]) -> str | Position:
-    if message_id == (-1, -1):
-        return "earliest"
-    if message_id == (_LATEST, _LATEST):
-        return "latest"
-    return Position(*message_id)
-
-
-async def _fanout(ctx: AdminContext, method: str, paths: list[str], *, missing_ok: bool = True) -> list[Any]:
-    """Runs ``method`` on each path at its owner (through this broker's URL); JSON answers in order
-    (None for a 404 when ``missing_ok``)."""
-    limit = asyncio.Semaphore(ctx.fanout_concurrency)
-    base = ctx.ownership.http_url
-
-    async def one(path: str) -> Any:
-        async with limit:
-            async with ctx.client().request(method, base + path) as response:
-                if response.status == 404 and missing_ok:
-                    return None
-                if response.status >= 400:
-                    reason = await response.text()
-                    raise RestError(response.status if response.status < 500 else 502, f"{method} {path}: {reason}")
-                if response.status == 204:
-                    return None
-                return await response.json()
-
-    return list(await asyncio.gather(*(one(p) for p in paths)))
+def _raise_failed(answers: list[PartitionAnswer], *, missing_ok: bool = False) -> None:
+    failed = judge(answers, missing_ok=missing_ok)
+    if failed is not None:
+        raise failed.error()
 
 
 # ---------------------------------------------------------------------------------------------- listing
@@ -187,7 +115,7 @@ async def create_topic(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    if await _partitions(ctx, topic):
+    if await ctx.partitions(topic):
         raise conflict(f"Topic {topic} already exists as a partitioned topic")
     service = ctx.require_service()
     await ctx.ensure_owner(request, topic)
@@ -203,7 +131,7 @@ async def delete_topic(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     force = query_bool(request, "force")
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    if await _partitions(ctx, topic):
+    if await ctx.partitions(topic):
         raise conflict(f"Topic {topic} is a partitioned topic: delete it with DELETE .../partitions")
     service = ctx.require_service()
     await ctx.ensure_owner(request, topic)
@@ -218,9 +146,9 @@ async def unload_topic(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    n = await _partitions(ctx, topic)
+    n = await ctx.partitions(topic)
     if n:
-        await _fanout(ctx, "PUT", [f"/admin/v2/{topic.partition(i).rest_path}/unload" for i in range(n)])
+        _raise_failed(await fan_out(ctx, "PUT", partition_calls(topic, n, "/unload")), missing_ok=True)
         return web.Response(status=204)
     service = ctx.require_service()
     await ctx.ensure_owner(request, topic)
@@ -272,7 +200,7 @@ async def update_partitioned_topic(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     count = _partition_count(await read_json(request), ctx)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    current = await _partitions(ctx, topic)
+    current = await ctx.partitions(topic)
     if not current:
         raise not_found(f"Partitioned topic {topic} not found")
     if count <= current:
@@ -295,7 +223,7 @@ async def get_partitioned_metadata(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    return web.json_response({"partitions": await _partitions(ctx, topic)})
+    return web.json_response({"partitions": await ctx.partitions(topic)})
 
 
 @routes.delete(T + "/{topic}/partitions")
@@ -304,11 +232,11 @@ async def delete_partitioned_topic(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     force = query_bool(request, "force")
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    n = await _partitions(ctx, topic)
+    n = await ctx.partitions(topic)
     if not n:
         raise not_found(f"Partitioned topic {topic} not found")
     query = "?force=true" if force else ""
-    await _fanout(ctx, "DELETE", [f"/admin/v2/{topic.partition(i).rest_path}{query}" for i in range(n)])
+    _raise_failed(await fan_out(ctx, "DELETE", partition_calls(topic, n, query)), missing_ok=True)
     await ctx.configuration.delete_partitioned_topic(topic.tenant, topic.namespace_portion, topic.domain.value,
                                                      topic.local_name)
     return web.Response(status=204)
@@ -322,15 +250,16 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     per_partition = query_bool(request, "perPartition", True)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    n = await _partitions(ctx, topic)
+    n = await ctx.partitions(topic)
     if not n:
         raise not_found(f"Partitioned topic {topic} not found")
-    names = [topic.partition(i) for i in range(n)]
-    answers = await _fanout(ctx, "GET", [f"/admin/v2/{p.rest_path}/stats" for p in names])
-    total = aggregate_stats([a for a in answers if a is not None])
+    answers = await fan_out(ctx, "GET", partition_calls(topic, n, "/stats"))
+    _raise_failed(answers, missing_ok=True)
+    found = [a for a in answers if a.ok]
+    total = aggregate_stats([a.body for a in found])
     total["metadata"] = {"partitions": n}
     if per_partition:
-        total["partitions"] = {str(p): a for p, a in zip(names, answers) if a is not None}
+        total["partitions"] = {str(a.partition): a.body for a in found}
     return web.json_response(total)
 
 
@@ -361,107 +290,47 @@ def _merge_into(total: dict[str, Any], stats: dict[str, Any]) -> None:
                 _merge_into(merged, value)
 
 
-# ---------------------------------------------------------------------------------------------- subscriptions
-
-
-@routes.get(T + "/{topic}/subscriptions")
-async def list_subscriptions(request: web.Request) -> web.Response:
-    ctx = request.app[CONTEXT]
-    topic = topic_of(request, _TOPIC_SEGMENT)
-    await ctx.policies(topic.tenant, topic.namespace_portion)
-    n = await _partitions(ctx, topic)
-    if n:
-        answers = await _fanout(ctx, "GET", [f"/admin/v2/{topic.partition(i).rest_path}/subscriptions"
-                                            for i in range(n)])
-        return web.json_response(sorted({s for a in answers if a for s in a}))
-    _, _, served = await _served_topic(request)
-    return web.json_response(sorted(served.subscriptions))
-
-
-@routes.put(T + "/{topic}/subscription/{subscription}")
-async def create_subscription(request: web.Request) -> web.Response:
-    """Creates a durable subscription at the body's message id (default latest), creating the topic if
-    needed (Pulsar's default auto-creation)."""
-    subscription = _subscription_of(request)
-    body = await read_json(request, required=False)
-    position = "latest" if body is ABSENT else _initial_position(_message_id(body))
-    _, topic, served = await _served_topic(request, create=True)
-    if subscription in served.subscriptions:
-        raise conflict(f"Subscription {subscription} already exists for topic {topic}")
-    await served.create_subscription(subscription, position)
-    return web.Response(status=204)
-
-
-@routes.delete(T + "/{topic}/subscription/{subscription}")
-async def delete_subscription(request: web.Request) -> web.Response:
-    subscription = _subscription_of(request)
-    _, topic, served = await _served_topic(request)
-    force = query_bool(request, "force")
-    _require_subscription(topic, served, subscription)
-    await served.delete_subscription(subscription, force=force)
-    return web.Response(status=204)
-
-
-@routes.post(T + "/{topic}/subscription/{subscription}/resetcursor/{timestamp}")
-async def reset_cursor_to_time(request: web.Request) -> web.Response:
-    subscription = _subscription_of(request)
-    timestamp_ms = path_int(request, "timestamp")
-    _, topic, served = await _served_topic(request)
-    _require_subscription(topic, served, subscription)
-    await served.reset_cursor(subscription, timestamp_ms=timestamp_ms)
-    return web.Response(status=204)
-
-
-@routes.post(T + "/{topic}/subscription/{subscription}/resetcursor")
-async def reset_cursor_to_position(request: web.Request) -> web.Response:
-    subscription = _subscription_of(request)
-    ledger_id, entry_id = _message_id(await read_json(request))
-    _, topic, served = await _served_topic(request)
-    _require_subscription(topic, served, subscription)
-    await served.reset_cursor(subscription, position=served.seek_position(ledger_id, entry_id))
-    return web.Response(status=204)
-
-
-@routes.post(T + "/{topic}/subscription/{subscription}/skip/{n}")
-async def skip_messages(request: web.Request) -> web.Response:
-    subscription = _subscription_of(request)
-    n = path_int(request, "n")
-    _, topic, served = await _served_topic(request)
-    _require_subscription(topic, served, subscription)
-    await served.skip(subscription, n)
-    return web.Response(status=204)
-
-
-@routes.post(T + "/{topic}/subscription/{subscription}/expireMessages/{seconds}")
-async def expire_messages(request: web.Request) -> web.Response:
-    subscription = _subscription_of(request)
-    seconds = path_int(request, "seconds")
-    _, topic, served = await _served_topic(request)
-    _require_subscription(topic, served, subscription)
-    await served.expire(subscription, seconds)
-    return web.Response(status=204)
-
-
-
 # ---------------------------------------------------------------------------------------------- termination
 
 
 @routes.post(T + "/{topic}/terminate")
 async def terminate_topic(request: web.Request) -> web.Response:
     """Pulsar's ``terminate``: no more messages on the topic, ever; answers the last message id
-    (``MessageIdImpl`` JSON). Refused on a partitioned topic's base name (405, as Pulsar does) and on
-    non-persistent topics."""
+    (``MessageIdImpl`` JSON). Refused on a partitioned topic's base name (405, as Pulsar does: see
+    ``terminate/partitions``) and on non-persistent topics. A partition of a partitioned topic that was never
+    used is created to be terminated (Pulsar creates every partition with the partitioned topic)."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
     if not topic.persistent:
         raise RestError(405, f"Topic {topic} is non-persistent: termination is not allowed")
-    if await _partitions(ctx, topic):
+    if await ctx.partitions(topic):
         raise RestError(405, f"Termination of a partitioned topic is not allowed ({topic}); "
-                             "terminate its partitions one by one")
-    _, _, served = await _served_topic(request)
+                             "use POST .../terminate/partitions")
+    create = topic.is_partition and topic.partition_index < await ctx.partitions(topic.base)
+    served = await ctx.served_topic(request, topic, create=create)
     position = await served.terminate()
     return web.json_response({"ledgerId": position.ledger_id, "entryId": position.entry_id, "partitionIndex": -1})
+
+
+@routes.post(T + "/{topic}/terminate/partitions")
+async def terminate_partitioned_topic(request: web.Request) -> web.Response:
+    """Terminates every partition, each at its owner; answers ``{"<index>": MessageId}`` as Pulsar's
+    ``Map<Integer, MessageId>``. 405 for a topic that is not partitioned (Pulsar's message). Termination
+    cannot be undone: if a partition fails, the others stay terminated and the call answers the error
+    (repeating it is safe, terminating twice answers the same id)."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+    if not topic.persistent:
+        raise RestError(405, f"Topic {topic} is non-persistent: termination is not allowed")
+    n = await ctx.partitions(topic)
+    if not n:
+        raise RestError(405, "Termination of a non-partitioned topic is not allowed using partitioned-terminate, "
+                             "please use terminate commands")
+    answers = await fan_out(ctx, "POST", partition_calls(topic, n, "/terminate"))
+    _raise_failed(answers)
+    return web.json_response({str(a.partition.partition_index): a.body for a in answers})
 
 
 # ---------------------------------------------------------------------------------------------- topic policies
@@ -528,3 +397,9 @@ async def _set_topic_policies(ctx: AdminContext, topic: TopicName,
         await ctx.configuration.set_topic_policies(*_policies_key(topic), fn)
     except NotFoundError:
         raise not_found(f"Namespace {topic.namespace} does not exist") from None
+
+
+# Subscription calls live in their own module; they are served from this table, so the application's list of
+# route modules need not change.
+for _route in subscriptions.routes:
+    routes.route(_route.method, _route.path, **_route.kwargs)(_route.handler)

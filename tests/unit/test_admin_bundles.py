@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.ownership import (FULL_UPPER_BOUND, NamespaceBundle, NamespaceBundles, bundles_data,
-                              default_boundaries, parse_bundles_data, rendezvous, topic_hash)
+from broker.bundles import (FULL_UPPER_BOUND, NamespaceBundle, NamespaceBundles, bundles_data,
+                            default_boundaries, parse_bundles_data, rendezvous, topic_hash)
 from magnetar.topic_name import TopicName
 
 

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from broker.ownership import (BundleOwnership, NamespaceBundle, NamespaceNotFoundError, ServiceUnitNotReadyError,
-                              default_boundaries, bundles_data, rendezvous)
+from broker.bundles import NamespaceBundle, bundles_data, default_boundaries, rendezvous
+from broker.ownership import BundleOwnership
+from broker.ownership_errors import NamespaceNotFoundError, ServiceUnitNotReadyError
 from config_store import ConfigurationStore, MemoryMetadataStore, MemoryTree, Policies, TenantInfo
 from config_store.brokers import BrokerRegistry, BundleOwner
 from magnetar.topic_name import TopicName

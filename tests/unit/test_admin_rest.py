@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from broker.admin import AdminContext, make_app
+from broker.admin.fanout import PartitionAnswer, judge
 from broker.admin.keys import CONTEXT
 from broker.lookup_http import routes as lookup_routes
 from broker.managed_ledger.api import Position
@@ -23,21 +24,37 @@ from config_store import ConfigurationStore, MemoryMetadataStore, MemoryTree, Re
 from magnetar.topic_name import TopicName
 
 
+class FakeSubscription:
+    def __init__(self, topic: "FakeTopic", position: Any) -> None:
+        self.topic = topic
+        self.position = position
+        self.consumers: list[dict] = []
+
+    async def mark_delete_up_to(self, position: Position) -> None:
+        self.topic.calls.append(("mark_delete", position))
+
+
+class FakeLedger:
+    last_confirmed_position = Position(7, 9)
+
+
 class FakeTopic:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.subscriptions: dict[str, Any] = {}
+        self.subscriptions: dict[str, FakeSubscription] = {}
         self.calls: list[tuple] = []
+        self.ml = FakeLedger()
 
     def stats(self) -> dict:
         return {"msgRateIn": 1.5, "msgInCounter": 10, "storageSize": 100, "publishers": [{"producerName": self.name}],
-                "subscriptions": {s: {"msgBacklog": 3, "type": "Exclusive"} for s in self.subscriptions}}
+                "subscriptions": {s: {"msgBacklog": 3, "type": "Exclusive", "consumers": sub.consumers}
+                                  for s, sub in self.subscriptions.items()}}
 
     def internal_stats(self) -> dict:
         return {"entriesAddedCounter": 10, "ledgers": [], "cursors": {}}
 
     async def create_subscription(self, name: str, position: Any = "latest") -> None:
-        self.subscriptions[name] = position
+        self.subscriptions[name] = FakeSubscription(self, position)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         del self.subscriptions[name]
@@ -55,6 +72,10 @@ class FakeTopic:
     async def expire(self, sub: str, seconds: float) -> int:
         self.calls.append(("expire", sub, seconds))
         return 0
+
+    async def terminate(self) -> Position:
+        self.calls.append(("terminate",))
+        return Position(5, len(self.name))
 
 
 class FakeStorage:
@@ -314,7 +335,7 @@ async def test_topics_subscriptions_and_owner_redirects(nodes, http) -> None:
 
     sub = f"{other.url}{path}/subscription/audit"
     assert await call(http, "PUT", sub, {"ledgerId": -1, "entryId": -1}) == (204, None)
-    assert owner.service.loaded[topic].subscriptions == {"audit": "earliest"}
+    assert owner.service.loaded[topic].subscriptions["audit"].position == "earliest"
     assert (await call(http, "PUT", sub))[0] == 409
     assert await call(http, "GET", f"{other.url}{path}/subscriptions") == (200, ["audit"])
     assert await call(http, "POST", f"{sub}/resetcursor/1700000000000") == (204, None)
@@ -474,3 +495,96 @@ async def test_namespace_unload_reaches_every_owner(nodes, http) -> None:
     assert a.ownership.owned_bundles() and b.ownership.owned_bundles()
     assert await call(http, "PUT", f"{b.url}/admin/v2/namespaces/t/ns/unload") == (204, None)
     assert a.ownership.owned_bundles() == [] and b.ownership.owned_bundles() == []
+
+
+async def place_partitions(http, urls: tuple[str, ...], namespace: str, topic: str, partitions: int) -> None:
+    """Gives the bundles of the topic's partitions to the brokers at ``urls`` in turn (an authoritative lookup
+    acquires an unowned bundle), so that the partitions have more than one owner."""
+    lookup = f"/lookup/v2/topic/persistent/{namespace}"
+    bundles = [(await call(http, "GET", f"{urls[0]}{lookup}/{topic}-partition-{i}/bundle"))[1]
+               for i in range(partitions)]
+    distinct = sorted(set(bundles))
+    assert len(distinct) > 1, bundles
+    for i, bundle in enumerate(bundles):
+        url = urls[distinct.index(bundle) % len(urls)]
+        assert (await call(http, "GET", f"{url}{lookup}/{topic}-partition-{i}?authoritative=true"))[0] == 200
+
+
+async def test_subscription_calls_on_a_partitioned_topic_reach_every_partition(nodes, http) -> None:
+    a, b = nodes
+    await setup_namespace(http, a.url)
+    base = f"{b.url}/admin/v2/persistent/t/ns/events"
+    assert await call(http, "PUT", f"{base}/partitions", 4) == (204, None)
+    names = [f"persistent://t/ns/events-partition-{i}" for i in range(4)]
+    await place_partitions(http, (a.url, b.url), "t/ns", "events", 4)
+
+    def partitions() -> list[FakeTopic]:
+        loaded = {**a.service.loaded, **b.service.loaded}
+        return [loaded[n] for n in names]
+
+    def calls() -> list[list[tuple]]:
+        return [list(t.calls) for t in partitions()]
+
+    sub = f"{base}/subscription/audit"
+    assert await call(http, "PUT", sub, {"ledgerId": -1, "entryId": -1}) == (204, None)
+    assert [t.subscriptions["audit"].position for t in partitions()] == ["earliest"] * 4
+    assert a.service.loaded and b.service.loaded  # partitions of both owners were reached
+    status, answer = await call(http, "PUT", sub)
+    assert status == 409 and "every partition" in answer["reason"]
+    assert await call(http, "GET", f"{base}/subscriptions") == (200, ["audit"])
+
+    # refused or bad calls change nothing
+    before = calls()
+    for method, suffix, body, status, words in (
+            ("POST", "/skip/1", None, 405, "Skip messages on a partitioned topic is not allowed"),
+            ("POST", "/resetcursor", {"ledgerId": 1, "entryId": 2}, 405, "Reset-cursor at position is not allowed"),
+            ("POST", "/resetcursor", {"ledgerId": "1", "entryId": 2}, 400, "ledgerId"),
+            ("POST", "/resetcursor/soon", None, 400, "timestamp"),
+            ("POST", "/expireMessages/-1", None, 400, "seconds")):
+        got, answer = await call(http, method, sub + suffix, body)
+        assert got == status and words in answer["reason"], (suffix, got, answer)
+    for suffix in ("/skip_all", "/expireMessages/5", "/resetcursor/1"):
+        got, answer = await call(http, "POST", f"{base}/subscription/nope{suffix}")
+        assert got == 404 and answer["reason"] == "Subscription nope not found for topic persistent://t/ns/events"
+    partitions()[2].subscriptions["solo"] = FakeSubscription(partitions()[2], "latest")
+    got, answer = await call(http, "POST", f"{base}/subscription/solo/skip_all")
+    assert got == 404 and "events-partition-0, events-partition-1, events-partition-3" in answer["reason"]
+    assert calls() == before
+
+    assert await call(http, "POST", f"{sub}/resetcursor/1700000000000") == (204, None)
+    assert await call(http, "POST", f"{sub}/skip_all") == (204, None)
+    assert await call(http, "POST", f"{sub}/expireMessages/60") == (204, None)
+    assert calls() == [c + [("reset", "audit", None, 1700000000000), ("mark_delete", Position(7, 9)),
+                            ("expire", "audit", 60)] for c in before]
+
+    partitions()[1].subscriptions["audit"].consumers.append({"consumerName": "c"})
+    got, answer = await call(http, "DELETE", sub)
+    assert got == 412 and answer["reason"] == "Subscription has active connected consumers"
+    assert all("audit" in t.subscriptions for t in partitions())
+    assert await call(http, "DELETE", f"{sub}?force=true") == (204, None)
+    assert not any("audit" in t.subscriptions for t in partitions())
+    assert await call(http, "GET", f"{base}/subscriptions") == (200, ["solo"])
+    assert (await call(http, "DELETE", sub))[0] == 404
+
+    assert (await call(http, "POST", f"{base}/terminate"))[0] == 405
+    status, ids = await call(http, "POST", f"{base}/terminate/partitions")
+    assert status == 200 and ids == {str(i): {"ledgerId": 5, "entryId": len(names[i]), "partitionIndex": -1}
+                                     for i in range(4)}
+    status, answer = await call(http, "POST", f"{b.url}/admin/v2/persistent/t/ns/plain/terminate/partitions")
+    assert status == 405 and "non-partitioned" in answer["reason"]
+    assert (await call(http, "DELETE", f"{b.url}/admin/v2/persistent/t/ns/ghost/subscription/audit"))[0] == 404
+
+
+def test_fan_out_judgement_follows_pulsars_rules() -> None:
+    def answers(*statuses: int) -> list[PartitionAnswer]:
+        return [PartitionAnswer(TopicName.parse(f"t/ns/x-partition-{i}"), s, {"reason": f"r{i}"})
+                for i, s in enumerate(statuses)]
+
+    assert judge(answers(204, 204)) is None
+    assert judge(answers(204, 404, 412)).status == 404  # the first error decides
+    assert judge(answers(404, 204), missing_ok=True) is None  # a partition not created yet
+    assert judge(answers(409, 204), tolerated=409) is None  # done where it could be
+    assert judge(answers(409, 409), tolerated=409).status == 409  # refused everywhere
+    assert judge(answers(409, 500), tolerated=409).status == 500
+    failed = judge(answers(204, 503))
+    assert failed.error().status == 502 and failed.error().reason == "persistent://t/ns/x-partition-1: r1"

@@ -13,11 +13,12 @@ attach/reconnect state machine that ``producer`` and ``consumer`` share; ``clien
 from magnetar.protocol import MessageId
 
 from .acks import AckTracker
+from .auth import Auth
 from .backoff import Backoff
 from .batch_builder import BatchBuilder, BuiltBatch
 from .client import Client
 from .commands import CLIENT_VERSION, PROTOCOL_VERSION, message_metadata
-from .connection import Auth, Connection, ConnectionState
+from .connection import Connection, ConnectionState
 from .consumer import Consumer, ConsumerState, InitialPosition, SubscriptionType
 from .errors import (
     AlreadyClosedError,

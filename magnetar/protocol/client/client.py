@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from magnetar.protocol import MessageId
 from magnetar.topic_name import TopicName
 
+from .auth import Auth
 from .backoff import Backoff
 from .commands import CLIENT_VERSION
-from .connection import Auth
 from .consumer import Consumer, InitialPosition, SubscriptionType
 from .errors import AlreadyClosedError, ClientError, NotAllowedError
 from .lookup import ConnectionPool, LookupResult, LookupService

@@ -8,10 +8,10 @@ CONNECTED (answering AUTH_CHALLENGE and PING on the way; an ERROR there is the h
 three tasks run until the connection closes:
 
 * the **read loop** feeds whatever the socket returns to a :class:`FrameDecoder` and dispatches each
-  frame: responses by ``request_id`` to the future of :meth:`request`; SEND_RECEIPT, SEND_ERROR and
-  CLOSE_PRODUCER to the producer registered under the ``producer_id``; MESSAGE, CLOSE_CONSUMER,
-  REACHED_END_OF_TOPIC and ACTIVE_CONSUMER_CHANGE to the consumer under the ``consumer_id``; PING is
-  answered with PONG;
+  frame (:mod:`.dispatch`): responses by ``request_id`` to the future of :meth:`request`; SEND_RECEIPT,
+  SEND_ERROR and CLOSE_PRODUCER to the producer registered under the ``producer_id``; MESSAGE,
+  CLOSE_CONSUMER, REACHED_END_OF_TOPIC and ACTIVE_CONSUMER_CHANGE to the consumer under the
+  ``consumer_id``; PING is answered with PONG;
 * the **write loop** takes every buffer queued since its last turn and hands them to the transport in one
   ``writelines`` (so the SENDs a producer queues in one event-loop turn become one ``send`` system call),
   then waits for the transport to drain below its high-water mark;
@@ -36,14 +36,14 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from google.protobuf.message import Message as ProtoMessage
 
 from magnetar.protocol import FRAME_SIZE_BYTES_MAX_DEFAULT, Frame, FrameDecoder, ProtocolError, encode_command, pb, wrap
 
+from .auth import Auth
 from .commands import CLIENT_VERSION, PROTOCOL_VERSION, connect_command
+from .dispatch import ConsumerHandler, FrameDispatcher, ProducerHandler
 from .errors import (
     AlreadyClosedError,
     ClientError,
@@ -54,7 +54,7 @@ from .errors import (
 )
 from .urls import ServiceUrl, parse_service_url
 
-__all__ = ["Auth", "Connection", "ConnectionState", "ConsumerHandler", "ProducerHandler"]
+__all__ = ["Connection", "ConnectionState"]
 
 log = logging.getLogger(__name__)
 
@@ -62,84 +62,6 @@ T = pb.BaseCommand
 READ_SIZE_BYTES = 256 * 1024
 _STREAM_LIMIT_BYTES = 4 * 1024 * 1024
 _FRAMING_OVERHEAD_BYTES = 10 * 1024
-
-_RESPONSE_TYPES = frozenset(
-    (
-        T.SUCCESS,
-        T.ERROR,
-        T.PRODUCER_SUCCESS,
-        T.LOOKUP_RESPONSE,
-        T.PARTITIONED_METADATA_RESPONSE,
-        T.GET_LAST_MESSAGE_ID_RESPONSE,
-        T.CONSUMER_STATS_RESPONSE,
-        T.ACK_RESPONSE,
-        T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
-        T.GET_SCHEMA_RESPONSE,
-        T.GET_OR_CREATE_SCHEMA_RESPONSE,
-        T.WATCH_TOPIC_LIST_SUCCESS,
-    )
-)
-_RESPONSE_FIELD = {
-    T.SUCCESS: "success",
-    T.ERROR: "error",
-    T.PRODUCER_SUCCESS: "producer_success",
-    T.LOOKUP_RESPONSE: "lookupTopicResponse",
-    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
-    T.GET_LAST_MESSAGE_ID_RESPONSE: "getLastMessageIdResponse",
-    T.CONSUMER_STATS_RESPONSE: "consumerStatsResponse",
-    T.ACK_RESPONSE: "ackResponse",
-    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
-    T.GET_SCHEMA_RESPONSE: "getSchemaResponse",
-    T.GET_OR_CREATE_SCHEMA_RESPONSE: "getOrCreateSchemaResponse",
-    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
-}
-
-
-@dataclass(frozen=True)
-class Auth:
-    """Credentials sent in CONNECT (and again on AUTH_CHALLENGE).
-
-    Attributes:
-        method_name: ``"token"`` for a JWT, ``"tls"`` for a client certificate (the certificate itself
-            travels in the TLS handshake: put it in the ``ssl_context``), ...
-        data: the credential bytes, or a function returning them (called on every (re)connection and
-            challenge, so a refreshed token is picked up).
-    """
-
-    method_name: str
-    data: bytes | Callable[[], bytes] = b""
-
-    @classmethod
-    def token(cls, token: str | Callable[[], str]) -> Auth:
-        if callable(token):
-            return cls("token", lambda: token().encode())
-        return cls("token", token.encode())
-
-    @classmethod
-    def tls(cls) -> Auth:
-        return cls("tls", b"")
-
-    def get_data(self) -> bytes:
-        return self.data() if callable(self.data) else self.data
-
-
-class ProducerHandler(Protocol):
-    """What a connection calls on a registered producer (all on the event loop, never awaiting)."""
-
-    def _handle_receipt(self, conn: Connection, receipt: pb.CommandSendReceipt) -> None: ...
-    def _handle_send_error(self, conn: Connection, error: pb.CommandSendError) -> None: ...
-    def _handle_broker_close(self, conn: Connection, assigned_url: str | None) -> None: ...
-    def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
-
-
-class ConsumerHandler(Protocol):
-    """What a connection calls on a registered consumer (all on the event loop, never awaiting)."""
-
-    def _handle_message(self, conn: Connection, frame: Frame) -> None: ...
-    def _handle_broker_close(self, conn: Connection, assigned_url: str | None) -> None: ...
-    def _handle_end_of_topic(self, conn: Connection) -> None: ...
-    def _handle_active_consumer_change(self, conn: Connection, is_active: bool) -> None: ...
-    def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
 
 
 class ConnectionState(enum.Enum):
@@ -149,7 +71,7 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-class Connection:
+class Connection(FrameDispatcher):
     """A connection to one broker; see the module docstring.
 
     Args:
@@ -550,79 +472,6 @@ class Connection:
                 self._dispatch(frame)
             except Exception:  # noqa: BLE001 - a handler's bug must not take the connection down
                 log.exception("[%s] handling %s failed", self.peer, T.Type.Name(frame.command.type))
-
-    def _dispatch(self, frame: Frame) -> None:
-        cmd = frame.command
-        t = cmd.type
-        if t == T.MESSAGE:
-            consumer = self._consumers.get(cmd.message.consumer_id)
-            if consumer is not None:
-                consumer._handle_message(self, frame)
-            else:
-                log.debug("[%s] MESSAGE for unknown consumer %d", self.peer, cmd.message.consumer_id)
-        elif t == T.SEND_RECEIPT:
-            producer = self._producers.get(cmd.send_receipt.producer_id)
-            if producer is not None:
-                producer._handle_receipt(self, cmd.send_receipt)
-        elif t == T.SEND_ERROR:
-            producer = self._producers.get(cmd.send_error.producer_id)
-            if producer is not None:
-                producer._handle_send_error(self, cmd.send_error)
-            else:  # e.g. sends that crossed a CLOSE_PRODUCER: re-sent after reconnection
-                log.debug("[%s] SEND_ERROR for unknown producer %d: %s", self.peer, cmd.send_error.producer_id,
-                          cmd.send_error.message)
-        elif t in _RESPONSE_TYPES:
-            body = getattr(cmd, _RESPONSE_FIELD[t])
-            if t == T.PRODUCER_SUCCESS and not body.producer_ready:
-                log.info("[%s] producer %s waits for exclusive access", self.peer, body.producer_name)
-                return
-            fut = self._requests.get(body.request_id)
-            if fut is not None and not fut.done():
-                fut.set_result(cmd)
-            else:
-                log.debug("[%s] %s for unknown request %d", self.peer, T.Type.Name(t), body.request_id)
-        elif t == T.PING:
-            self.write(encode_command(wrap(pb.CommandPong())))
-        elif t == T.PONG:
-            pass
-        elif t == T.CLOSE_PRODUCER:
-            body = cmd.close_producer
-            producer = self._producers.pop(body.producer_id, None)
-            if producer is not None:
-                producer._handle_broker_close(self, self._assigned(body))
-        elif t == T.CLOSE_CONSUMER:
-            body = cmd.close_consumer
-            consumer = self._consumers.pop(body.consumer_id, None)
-            if consumer is not None:
-                consumer._handle_broker_close(self, self._assigned(body))
-        elif t == T.TOPIC_MIGRATED:
-            body = cmd.topicMigrated
-            url = (body.brokerServiceUrlTls if self.url.tls else body.brokerServiceUrl) or None
-            if body.resource_type == pb.CommandTopicMigrated.Producer:
-                producer = self._producers.pop(body.resource_id, None)
-                if producer is not None:
-                    producer._handle_broker_close(self, url)
-            else:
-                consumer = self._consumers.pop(body.resource_id, None)
-                if consumer is not None:
-                    consumer._handle_broker_close(self, url)
-        elif t == T.REACHED_END_OF_TOPIC:
-            consumer = self._consumers.get(cmd.reachedEndOfTopic.consumer_id)
-            if consumer is not None:
-                consumer._handle_end_of_topic(self)
-        elif t == T.ACTIVE_CONSUMER_CHANGE:
-            body = cmd.active_consumer_change
-            consumer = self._consumers.get(body.consumer_id)
-            if consumer is not None:
-                consumer._handle_active_consumer_change(self, body.is_active)
-        elif t == T.AUTH_CHALLENGE:
-            self.write(encode_command(self._auth_response()))
-        else:
-            log.warning("[%s] ignoring unexpected %s from the broker", self.peer, T.Type.Name(t))
-
-    def _assigned(self, body: pb.CommandCloseProducer | pb.CommandCloseConsumer) -> str | None:
-        url = body.assignedBrokerServiceUrlTls if self.url.tls else body.assignedBrokerServiceUrl
-        return url or None
 
     # -- keep-alive ----------------------------------------------------------------------------------------
 

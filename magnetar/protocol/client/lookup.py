@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from magnetar.protocol import pb
 
+from .auth import Auth
 from .commands import CLIENT_VERSION
-from .connection import Auth, Connection, ConnectionState
+from .connection import Connection, ConnectionState
 from .errors import AlreadyClosedError, TooManyLookupRedirectsError, error_from_server
 from .urls import ServiceUrl, parse_service_url
 

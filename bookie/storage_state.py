@@ -1,0 +1,44 @@
+"""What :class:`bookie.storage.Storage` keeps in memory about itself and each ledger.
+
+All of it is owned by the event loop: the storage thread sees ledger states only as the immutable
+:class:`~bookie.index.LedgerRecord` snapshots a flush takes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+from .index import LedgerRecord
+
+__all__ = ["LacInfo", "LedgerState", "StorageState"]
+
+
+class StorageState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class LedgerState:
+    """What the bookie knows of one ledger (mutated on the event loop only)."""
+
+    __slots__ = ("fenced", "deleted", "lac", "last_entry_id")
+
+    def __init__(self, fenced: bool = False, deleted: bool = False, lac: int = -1, last_entry_id: int = -1):
+        self.fenced = fenced
+        self.deleted = deleted
+        self.lac = lac
+        self.last_entry_id = last_entry_id
+
+    def record(self) -> LedgerRecord:
+        return LedgerRecord(self.fenced, self.deleted, self.lac, self.last_entry_id)
+
+
+class LacInfo(NamedTuple):
+    last_add_confirmed: int
+    last_entry_id: int
+    fenced: bool
+    known: bool
+

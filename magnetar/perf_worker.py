@@ -1,0 +1,391 @@
+"""One ``magnetar perf`` worker process: its workload, and the figures it reports to the parent.
+
+A worker runs one :class:`PerfSpec` (produce or consume, through pulsar-client or Magnetar's asyncio
+client) and puts a :class:`Report` on the parent's queue every second: message and byte counts, errors,
+and an HdrHistogram of the latencies (µs) since the previous report. The parent (:mod:`magnetar.perf`)
+splits the work between workers and adds their reports up.
+
+The module is what a spawned worker process imports, so it stays light: only the standard library at
+module level; each client is imported by the workload that uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PerfSpec", "REPORT_EVERY_S", "Report", "new_histogram", "worker_main"]
+
+_HIST_MAX_US = 3_600_000_000  # one hour
+REPORT_EVERY_S = 1.0
+
+
+@dataclass
+class PerfSpec:
+    """What one worker process does (picklable; the parent splits rate and topics between workers)."""
+
+    mode: str  # "produce" | "consume"
+    service_url: str
+    topics: list[str]
+    client: str = "pulsar"
+    rate: float = 0.0  # msg/s for this worker, 0 = as fast as possible
+    size_bytes: int = 1024
+    batching: bool = True
+    batch_max_messages: int = 1000
+    batch_max_bytes: int = 128 * 1024
+    batch_delay_ms: int = 1
+    max_pending_messages: int = 10_000
+    partitions: int = 0
+    duration_s: float = 0.0  # 0 = until interrupted
+    subscription: str = "perf"
+    subscription_type: str = "Exclusive"
+    initial_position: str = "latest"
+    receiver_queue_size: int = 1000
+    worker: int = 0
+    workers: int = 1
+
+
+@dataclass
+class Report:
+    """A worker's figures since its previous report."""
+
+    worker: int
+    messages: int = 0
+    bytes: int = 0
+    errors: int = 0
+    histogram: str = ""  # HdrHistogram.encode() of the latencies in µs
+    done: bool = False
+    error: str = ""
+    note: str = ""
+
+
+def new_histogram():
+    """An empty histogram of latencies in µs (1 µs .. 1 hour, 3 significant digits)."""
+    from hdrh.histogram import HdrHistogram
+
+    return HdrHistogram(1, _HIST_MAX_US, 3)
+
+
+class _Meter:
+    """Counters and a latency histogram shared by the sending thread and client callbacks."""
+
+    def __init__(self, worker: int, out: Any) -> None:
+        import threading
+
+        self.worker = worker
+        self.out = out
+        self.lock = threading.Lock()
+        self.messages = 0
+        self.bytes = 0
+        self.errors = 0
+        self.hist = new_histogram()
+        self.last_report = time.monotonic()
+
+    def begin(self) -> None:
+        """The workload starts now: reports cover whole seconds of it from here on."""
+        with self.lock:
+            self.last_report = time.monotonic()
+
+    def record(self, latency_us: int, count: int, size_bytes: int) -> None:
+        with self.lock:
+            self.messages += count
+            self.bytes += size_bytes
+            self.hist.record_value(min(max(latency_us, 1), _HIST_MAX_US), count)
+
+    def error(self, count: int = 1) -> None:
+        with self.lock:
+            self.errors += count
+
+    def maybe_report(self, *, force: bool = False, done: bool = False) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if not force and now - self.last_report < REPORT_EVERY_S:
+                return
+            self.last_report = now
+            hist, self.hist = self.hist, new_histogram()
+            report = Report(self.worker, self.messages, self.bytes, self.errors, done=done)
+            self.messages = self.bytes = self.errors = 0
+        report.histogram = hist.encode().decode() if hist.get_total_count() else ""
+        self.out.put(report)
+
+
+class _Pacer:
+    """How many messages are due now at ``rate`` msg/s (0: unlimited), and how long to wait otherwise."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.start = time.monotonic()
+        self.sent = 0
+
+    def due(self, cap: int) -> int:
+        if self.rate <= 0:
+            return cap
+        owed = int((time.monotonic() - self.start) * self.rate) - self.sent
+        return max(0, min(owed, cap))
+
+    def wait_s(self) -> float:
+        if self.rate <= 0:
+            return 0.0
+        next_at = self.start + (self.sent + 1) / self.rate
+        return min(max(next_at - time.monotonic(), 0.0005), 0.05)
+
+
+def _payload(size_bytes: int) -> bytes:
+    return os.urandom(size_bytes)
+
+
+def _pulsar_client(spec: PerfSpec):
+    import logging
+
+    import pulsar
+
+    logger = logging.getLogger("pulsar-perf")
+    logger.setLevel(logging.WARNING)
+    return pulsar.Client(spec.service_url, io_threads=max(1, len(spec.topics) // 4 or 1),
+                         operation_timeout_seconds=30, logger=logger)
+
+
+def _check_partitions(spec: PerfSpec, topic: str, found: int) -> str:
+    if spec.partitions and found != spec.partitions:
+        return f"{topic} has {found} partitions, not the {spec.partitions} asked for"
+    return ""
+
+
+def _produce_pulsar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
+    import functools
+
+    import pulsar
+
+    client = _pulsar_client(spec)
+    try:
+        producers = []
+        for topic in spec.topics:
+            note = _check_partitions(spec, topic, len(client.get_topic_partitions(topic)) if spec.partitions else 0)
+            if note:
+                meter.out.put(Report(spec.worker, note=note))
+            producers.append(client.create_producer(
+                topic,
+                batching_enabled=spec.batching,
+                batching_max_messages=spec.batch_max_messages,
+                batching_max_allowed_size_in_bytes=spec.batch_max_bytes,
+                batching_max_publish_delay_ms=spec.batch_delay_ms,
+                block_if_queue_full=True,
+                max_pending_messages=spec.max_pending_messages,
+                max_pending_messages_across_partitions=spec.max_pending_messages,
+                send_timeout_millis=0,
+            ))
+        payload = _payload(spec.size_bytes)
+        size = len(payload)
+        ok = pulsar.Result.Ok
+        perf_ns = time.perf_counter_ns
+
+        def sent(t0: int, result, _msg_id) -> None:
+            if result == ok:
+                meter.record((perf_ns() - t0) // 1000, 1, size)
+            else:
+                meter.error()
+
+        pacer = _Pacer(spec.rate)
+        meter.begin()
+        deadline = time.monotonic() + spec.duration_s if spec.duration_s else None
+        count = len(producers)
+        i = 0
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            due = pacer.due(1000)
+            if not due:
+                time.sleep(pacer.wait_s())
+            for _ in range(due):
+                producers[i % count].send_async(payload, functools.partial(sent, perf_ns()))
+                i += 1
+            pacer.sent += due
+        for p in producers:
+            p.flush()
+        meter.maybe_report(force=True)  # before close: pulsar-client has been seen to abort in close()
+    finally:
+        client.close()
+
+
+def _consume_pulsar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
+    import pulsar
+
+    client = _pulsar_client(spec)
+    try:
+        consumer = client.subscribe(
+            spec.topics,
+            spec.subscription,
+            consumer_type=getattr(pulsar.ConsumerType, spec.subscription_type.replace("_", "")),
+            receiver_queue_size=spec.receiver_queue_size,
+            initial_position=(pulsar.InitialPosition.Earliest if spec.initial_position == "earliest"
+                              else pulsar.InitialPosition.Latest),
+        )
+        meter.begin()
+        deadline = time.monotonic() + spec.duration_s if spec.duration_s else None
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            try:
+                msg = consumer.receive(timeout_millis=200)
+            except pulsar.Timeout:
+                continue
+            now_ms = time.time_ns() // 1_000_000
+            meter.record((now_ms - msg.publish_timestamp()) * 1000, 1, len(msg.data()))
+            consumer.acknowledge(msg)
+        consumer.close()
+        meter.maybe_report(force=True)
+    finally:
+        client.close()
+
+
+async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
+    import asyncio
+
+    from magnetar.protocol import encode_single_message, pb
+    from magnetar.protocol.client import Client
+
+    payload = _payload(spec.size_bytes)
+    if spec.batching:
+        item = encode_single_message(pb.SingleMessageMetadata(payload_size=len(payload)), payload)
+        per_batch = max(1, min(spec.batch_max_messages, spec.batch_max_bytes // len(item)))
+        bodies = {per_batch: item * per_batch}
+    else:
+        item, per_batch, bodies = payload, 1, {1: payload}
+    max_pending_sends = max(2, spec.max_pending_messages // per_batch)
+    async with Client(spec.service_url) as client:
+        producers = []
+        for topic in spec.topics:
+            note = _check_partitions(spec, topic, await client.get_partitions(topic))
+            if note:
+                meter.out.put(Report(spec.worker, note=note))
+            for name in await client.get_partitioned_topic_names(topic):
+                producers.append(await client.create_producer(name, max_pending_sends=max_pending_sends,
+                                                              send_timeout_s=0))
+        size = len(payload)
+        perf_ns = time.perf_counter_ns
+
+        def done(t0: int, count: int, fut: asyncio.Future) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                meter.error(count)
+            else:
+                meter.record((perf_ns() - t0) // 1000, count, size * count)
+
+        pacer = _Pacer(spec.rate)
+        meter.begin()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + spec.duration_s if spec.duration_s else None
+        i = 0
+        while not stop.is_set() and (deadline is None or loop.time() < deadline):
+            due = pacer.due(per_batch * 8)
+            if not due:
+                await asyncio.sleep(pacer.wait_s())
+                meter.maybe_report()
+                continue
+            while due > 0:
+                n = min(due, per_batch)
+                producer = producers[i % len(producers)]
+                i += 1
+                first = producer.next_sequence_ids(n)
+                md = pb.MessageMetadata(producer_name=producer.producer_name, sequence_id=first,
+                                        publish_time=time.time_ns() // 1_000_000)
+                if spec.batching:
+                    md.num_messages_in_batch = n
+                    body = bodies.get(n)
+                    if body is None:
+                        body = bodies[n] = item * n
+                else:
+                    body = payload
+                t0 = perf_ns()
+                fut = await producer.send_entry(md, body, num_messages=n,
+                                                highest_sequence_id=first + n - 1 if n > 1 else None)
+                fut.add_done_callback(lambda f, t0=t0, n=n: done(t0, n, f))
+                due -= n
+                pacer.sent += n
+            meter.maybe_report()
+        for producer in producers:
+            await producer.flush()
+
+
+async def _consume_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
+    import asyncio
+
+    from magnetar.protocol.client import Client, InitialPosition, SubscriptionType
+
+    sub_type = SubscriptionType[spec.subscription_type.upper()]
+    position = InitialPosition.EARLIEST if spec.initial_position == "earliest" else InitialPosition.LATEST
+    cumulative = sub_type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+    async with Client(spec.service_url) as client:
+        consumers = []
+        for topic in spec.topics:
+            for name in await client.get_partitioned_topic_names(topic):
+                consumers.append(await client.subscribe(name, spec.subscription, subscription_type=sub_type,
+                                                        initial_position=position,
+                                                        receiver_queue_size=spec.receiver_queue_size))
+        meter.begin()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + spec.duration_s if spec.duration_s else None
+
+        async def drain(consumer) -> None:
+            while not stop.is_set() and (deadline is None or loop.time() < deadline):
+                msgs = await consumer.receive_batch(max_messages=1000, timeout_s=0.2)
+                if not msgs:
+                    continue
+                now_ms = time.time_ns() // 1_000_000
+                # Messages of one entry share a publish time: record them as one histogram value.
+                run_time, run_count, run_bytes = msgs[0].metadata.publish_time, 0, 0
+                for m in msgs:
+                    t = m.metadata.publish_time
+                    if t != run_time:
+                        meter.record((now_ms - run_time) * 1000, run_count, run_bytes)
+                        run_time, run_count, run_bytes = t, 0, 0
+                    run_count += 1
+                    run_bytes += len(m.payload)
+                    if not cumulative:
+                        consumer.ack(m)
+                meter.record((now_ms - run_time) * 1000, run_count, run_bytes)
+                if cumulative:
+                    consumer.ack_cumulative(msgs[-1])
+
+        async def report() -> None:
+            while True:
+                await asyncio.sleep(0.25)
+                meter.maybe_report()
+
+        reporter = asyncio.create_task(report())
+        try:
+            await asyncio.gather(*(drain(c) for c in consumers))
+        finally:
+            reporter.cancel()
+            await asyncio.gather(reporter, return_exceptions=True)
+
+
+def worker_main(spec: PerfSpec, out: Any, stop: Any) -> None:
+    """Entry point of a worker process: runs the workload, reports every second, then ``done``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    meter = _Meter(spec.worker, out)
+    try:
+        if spec.client == "pulsar":
+            # pulsar-client blocks the calling thread (a full queue, a receive): report from another one.
+            import threading
+
+            finished = threading.Event()
+
+            def report() -> None:
+                while not finished.wait(0.25):
+                    meter.maybe_report()
+
+            reporter = threading.Thread(target=report, name="perf-report", daemon=True)
+            reporter.start()
+            try:
+                (_produce_pulsar if spec.mode == "produce" else _consume_pulsar)(spec, meter, stop)
+            finally:
+                finished.set()
+                reporter.join()
+        else:
+            import asyncio
+
+            asyncio.run((_produce_magnetar if spec.mode == "produce" else _consume_magnetar)(spec, meter, stop))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which exits non-zero
+        meter.maybe_report(force=True)
+        out.put(Report(spec.worker, done=True, error=f"{type(exc).__name__}: {exc}"))
+        return
+    meter.maybe_report(force=True, done=True)
