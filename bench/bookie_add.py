@@ -110,12 +110,14 @@ async def _drive(addresses: list[str], args) -> tuple[int, float]:
 
     async def reader(i: int) -> None:
         async for raw in calls[i]:
-            response = bookie_pb2.AddResponse.FromString(raw)
-            if response.status != bookie_pb2.OK:
-                raise SystemExit(f"add failed: {response}")
-            acks[i] += args.batch
-            latencies.append(time.monotonic() - sent_at[i].pop(response.request_id))
-            windows[i].release()
+            first = bookie_pb2.AddResponse.FromString(raw)
+            now = time.monotonic()
+            for response in (first, *first.more):  # one message may answer several requests
+                if response.status != bookie_pb2.OK:
+                    raise SystemExit(f"add failed: {response}")
+                acks[i] += args.batch
+                latencies.append(now - sent_at[i].pop(response.request_id))
+                windows[i].release()
 
     await asyncio.gather(writer(), *(reader(i) for i in range(n)))
     elapsed = time.monotonic() - started

@@ -34,6 +34,13 @@ log = logging.getLogger("bookie.service")
 
 SERVICE_NAME = "magnetar.bookie.v1.BookieService"
 _PIPELINE_MAX_REQUESTS = 4096
+_ANSWERS_PER_MESSAGE_MAX = 256
+_NOTHING = object()
+
+
+def _settled(ticket: AddTicket) -> bool:
+    """True when awaiting the ticket's answer would not wait."""
+    return ticket.answer is not None or ticket.waiter is None or ticket.waiter.done()
 # Explicit ids of one ReadRequest at most (checking and answering them is work on the event loop).
 READ_IDS_MAX = 1_000_000
 
@@ -108,35 +115,52 @@ class BookieService:
         reader = asyncio.create_task(self._read_adds(request_iterator, pipeline), name="bookie-add-reader")
         stream = (reader, pipeline)
         self._add_streams.add(stream)
-        metrics = self.metrics
+        held = _NOTHING  # an item taken while coalescing, not ready yet: the next message starts with it
         try:
             while True:
-                item = await pipeline.get()
+                item = held if held is not _NOTHING else await pipeline.get()
+                held = _NOTHING
                 if item is None:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                request_id, received, ticket = item
-                status, message, entry_status = await self._settle(ticket)
-                if status == 0:
-                    metrics.add_entries.inc(ticket.entries)
-                    metrics.add_bytes.inc(ticket.nbytes)
-                    response = bookie_pb2.AddResponse(request_id=request_id)
-                else:
-                    if entry_status is not None:
-                        stored = sum(1 for s in entry_status if s == 0)
-                        if stored:
-                            metrics.add_entries.inc(stored)
-                    metrics.add_requests_failed.inc()
-                    response = bookie_pb2.AddResponse(
-                        request_id=request_id, status=status, message=message, entry_status=entry_status
-                    )
-                metrics.add_latency.observe(time.perf_counter() - received)
+                response = await self._answer(item)
+                # Answers that are ready too (a journal group completes many requests at once) ride along.
+                more = []
+                while len(more) < _ANSWERS_PER_MESSAGE_MAX and not pipeline.empty():
+                    nxt = pipeline.get_nowait()
+                    if nxt is None or isinstance(nxt, BaseException) or not _settled(nxt[2]):
+                        held = nxt
+                        break
+                    more.append(await self._answer(nxt))
+                if more:
+                    response.more.extend(more)
                 yield response.SerializeToString()
         finally:
             self._add_streams.discard(stream)
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def _answer(self, item: tuple) -> bookie_pb2.AddResponse:
+        """The AddResponse of one accepted request (waits for its entries to be durable or refused)."""
+        request_id, received, ticket = item
+        metrics = self.metrics
+        status, message, entry_status = await self._settle(ticket)
+        if status == 0:
+            metrics.add_entries.inc(ticket.entries)
+            metrics.add_bytes.inc(ticket.nbytes)
+            response = bookie_pb2.AddResponse(request_id=request_id)
+        else:
+            if entry_status is not None:
+                stored = sum(1 for s in entry_status if s == 0)
+                if stored:
+                    metrics.add_entries.inc(stored)
+            metrics.add_requests_failed.inc()
+            response = bookie_pb2.AddResponse(
+                request_id=request_id, status=status, message=message, entry_status=entry_status
+            )
+        metrics.add_latency.observe(time.perf_counter() - received)
+        return response
 
     async def drain(self, *, timeout_s: float = 5.0) -> None:
         """Shutdown: stops reading every add stream, answers what was accepted, then ends the streams (a

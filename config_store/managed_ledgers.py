@@ -20,11 +20,18 @@ Values (``"version": 1`` is the schema, as everywhere in ``config_store``)::
                         "state": "OPEN" | "TERMINATED", "properties": {str: str}}
     ManagedCursorInfo  {"version": 1, "markDelete": {"ledgerId", "entryId"},
                         "individuallyDeleted": [[startLedger, startEntry, endLedger, endEntry], ...],
-                        "properties": {str: int}, "lastActive": <ms since epoch>}
+                        "properties": {str: int}, "lastActive": <ms since epoch>,
+                        "batchDeletedIndexes": [[ledgerId, entryId, [word, ...]], ...]}   (optional)
 
-``individuallyDeleted`` ranges are open-closed ``(start, end]`` like Pulsar's. ``entries``/``size`` of a
-ledger are recorded when it is closed (rollover); the open ledger is listed with zeros and its length is
-established from the ledger's own metadata (after recovery) when the managed ledger is next opened.
+``individuallyDeleted`` ranges are open-closed ``(start, end]`` like Pulsar's. ``batchDeletedIndexes`` is
+Pulsar's ``batchedEntryDeletionIndexInfo``: for a batch entry some of whose members are acknowledged (batch-index
+acks), the bit set of the members *still unacknowledged* as signed int64 words (``java.util.BitSet.toLongArray``
+order: bit ``i`` of the set is bit ``i % 64`` of word ``i // 64``), positions ascending, above ``markDelete``. The
+field is left out when empty, so records without it read as before and older readers ignore it.
+
+``entries``/``size`` of a ledger are recorded when it is closed (rollover); the open ledger is listed with zeros
+and its length is established from the ledger's own metadata (after recovery) when the managed ledger is next
+opened.
 
 Guarantees: every write of an existing node is a compare-and-set on its ZooKeeper version; a write whose
 outcome is unknown (connection lost while it was in flight) is resolved by re-reading the node, never by a
@@ -127,12 +134,15 @@ class ManagedCursorInfo:
 
     ``mark_delete`` is ``(ledger_id, entry_id)``; ``individually_deleted`` holds open-closed ranges
     ``(start_ledger, start_entry, end_ledger, end_entry)`` above it, ascending and disjoint.
+    ``batch_deleted`` holds ``(ledger_id, entry_id, words)`` for partly acknowledged batch entries above it,
+    ascending: ``words`` are the signed int64 words of the bit set of members still unacknowledged (not all 0).
     """
 
     mark_delete: tuple[int, int]
     individually_deleted: list[tuple[int, int, int, int]] = field(default_factory=list)
     properties: dict[str, int] = field(default_factory=dict)
     last_active_ms: int = 0
+    batch_deleted: list[tuple[int, int, tuple[int, ...]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         md = tuple(self.mark_delete)
@@ -155,14 +165,30 @@ class ManagedCursorInfo:
         object.__setattr__(self, "properties", props)
         if type(self.last_active_ms) is not int:
             raise InvalidMetadataError("ManagedCursorInfo: lastActive must be an integer")
+        batch = []
+        for b in self.batch_deleted:
+            ok = isinstance(b, (tuple, list)) and len(b) == 3 and type(b[0]) is int and type(b[1]) is int \
+                and isinstance(b[2], (tuple, list)) and (b[0], b[1]) > md and any(b[2]) \
+                and all(type(w) is int and -2**63 <= w < 2**63 for w in b[2])
+            if not ok:
+                raise InvalidMetadataError(f"ManagedCursorInfo: bad batch deleted indexes {b!r} (markDelete {md})")
+            batch.append((b[0], b[1], tuple(b[2])))
+        for a, b in zip(batch, batch[1:]):
+            if not (a[0], a[1]) < (b[0], b[1]):
+                raise InvalidMetadataError(f"ManagedCursorInfo: batch deleted indexes at {a[:2]} and {b[:2]} are "
+                                           "unsorted or repeated")
+        object.__setattr__(self, "batch_deleted", batch)
 
     def to_json(self) -> bytes:
-        return _dumps("ManagedCursorInfo", {
+        fields = {
             "markDelete": {"ledgerId": self.mark_delete[0], "entryId": self.mark_delete[1]},
             "individuallyDeleted": [list(r) for r in self.individually_deleted],
             "properties": dict(self.properties),
             "lastActive": self.last_active_ms,
-        })
+        }
+        if self.batch_deleted:
+            fields["batchDeletedIndexes"] = [[lid, eid, list(words)] for lid, eid, words in self.batch_deleted]
+        return _dumps("ManagedCursorInfo", fields)
 
     @classmethod
     def from_json(cls, data: bytes) -> "ManagedCursorInfo":
@@ -175,10 +201,16 @@ class ManagedCursorInfo:
         props = _field(k, o, "properties", dict, dict)
         if not all(type(v) is int for v in props.values()):
             raise InvalidMetadataError(f"{k}: field 'properties' must map strings to integers")
+        batch = _field(k, o, "batchDeletedIndexes", list, list)
+        for b in batch:
+            if not isinstance(b, list) or len(b) != 3 or not isinstance(b[2], list):
+                raise InvalidMetadataError(f"{k}: each batch deleted index must be [ledgerId, entryId, [words]], "
+                                           f"got {b!r}")
         return cls(mark_delete=(_field(k + ".markDelete", md, "ledgerId", int),
                                 _field(k + ".markDelete", md, "entryId", int)),
                    individually_deleted=[tuple(r) for r in ranges], properties=dict(props),
-                   last_active_ms=_field(k, o, "lastActive", int, 0))
+                   last_active_ms=_field(k, o, "lastActive", int, 0),
+                   batch_deleted=[(b[0], b[1], tuple(b[2])) for b in batch])
 
 
 # ---------------------------------------------------------------------------------------------- paths

@@ -241,21 +241,27 @@ class BookieClient:
             response = await call.read()
             if response is aio.EOF:
                 raise BookieUnavailableError(f"bookie {self.bookie_id}: add stream closed by the bookie")
-            if not self._inflight:
-                raise BookieUnavailableError(f"bookie {self.bookie_id}: answer to a request never sent")
-            sent = self._inflight.popleft()
-            self._room.set()
-            if response.request_id != sent.request_id:
-                raise BookieUnavailableError(
-                    f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
-                )
-            status = response.status
-            if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
-                for add, entry_status in zip(sent.adds, response.entry_status):
-                    add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
-            else:
-                for add in sent.adds:
-                    add.callback(self.bookie_id, add.entry_id, status, response.message)
+            self._settle(response)
+            for later in response.more:  # answers to the following requests, ready at the same time
+                self._settle(later)
+
+    def _settle(self, response) -> None:
+        """Completes the oldest request in flight with ``response`` (answers come in request order)."""
+        if not self._inflight:
+            raise BookieUnavailableError(f"bookie {self.bookie_id}: answer to a request never sent")
+        sent = self._inflight.popleft()
+        self._room.set()
+        if response.request_id != sent.request_id:
+            raise BookieUnavailableError(
+                f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
+            )
+        status = response.status
+        if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
+            for add, entry_status in zip(sent.adds, response.entry_status):
+                add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
+        else:
+            for add in sent.adds:
+                add.callback(self.bookie_id, add.entry_id, status, response.message)
 
     async def _watch_timeouts(self) -> None:
         period = min(0.25, self.add_timeout_s / 4)

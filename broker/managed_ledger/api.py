@@ -3,8 +3,10 @@
 
 A topic is a managed ledger: an ordered list of ledgers (the last one open for writes, rolled over by
 entries/size/time) plus named cursors. A cursor (one per durable subscription, one per remote region for
-replication) is a mark-delete position plus the set of individually deleted ranges above it, persisted at a
-limited rate, so a broker crash redelivers at most what was acknowledged since the last persist.
+replication) is a mark-delete position plus the set of individually deleted ranges above it and the ack
+sets of partly acknowledged batch entries, persisted at a limited rate, so a broker crash redelivers at most
+what was acknowledged since the last persist. A managed ledger also stores string properties (e.g. the
+topic epoch of exclusive producers).
 
 Positions are ``(ledger_id, entry_id)`` and ordered. An entry is one ledger entry = one published batch.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 
 class Position(NamedTuple):
@@ -82,6 +84,15 @@ class ManagedCursor(abc.ABC):
     @abc.abstractmethod
     def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
         """Deleted ranges above mark-delete, as (exclusive start, inclusive end) pairs, ascending."""
+
+    def batch_ack_sets(self) -> dict[Position, int]:
+        """Partly acknowledged batch entries: position -> bit set of the members still unacknowledged (bit i =
+        batch index i). This default stores none (implementations without stored state, e.g. test doubles)."""
+        return {}
+
+    async def delete_batch_indexes(self, ack_sets: Mapping[Position, int]) -> None:
+        """Batch-index acknowledgements: position -> bit set of the members still unacknowledged, ANDed with
+        what is recorded; an emptied set deletes the entry. This default records nothing (see above)."""
 
     @abc.abstractmethod
     def seek(self, position: Position) -> None:
@@ -174,6 +185,16 @@ class ManagedLedger(abc.ABC):
     @abc.abstractmethod
     async def trim(self) -> int:
         """Deletes ledgers every cursor has passed and retention no longer keeps; returns how many."""
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The managed ledger's properties (Pulsar's ``ManagedLedger.getProperties``). This default keeps them
+        in the object only (test doubles); ``ManagedLedgerImpl`` stores them with its metadata."""
+        return dict(getattr(self, "_default_properties", {}))
+
+    async def set_properties(self, updates: Mapping[str, str]) -> None:
+        """Merges ``updates`` into the properties and stores them before returning (see ``properties``)."""
+        self._default_properties = {**getattr(self, "_default_properties", {}), **updates}
 
     @property
     def terminated(self) -> bool:

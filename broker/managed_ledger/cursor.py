@@ -7,6 +7,15 @@ first range starts where mark-delete ends (no existing entry between them) mark-
 The read position only moves forward by reads and by mark-delete overtaking it; ``seek``/``rewind``/
 ``reset`` move it explicitly. Reads skip deleted entries.
 
+Batch-index acknowledgements (Pulsar's ``batchDeletedIndexes``). An entry that is a batch may be partly
+acknowledged: the cursor keeps, per such entry above mark-delete, the bit set of its members still
+unacknowledged (ANDed with every later partial acknowledgement, so bits only clear). The entry stays
+undeleted - it is read and redelivered - until its set is empty, when it is deleted like an individually
+acknowledged one; a set is dropped as soon as the entry is deleted or mark-delete passes it, and ``reset``
+clears them all. They are persisted with the rest of the state, lowest positions first and capped (see
+:func:`~broker.managed_ledger.ranges.batch_ack_sets_to_persist`), and restored with the cursor, so whoever
+delivers the entry after a reload can tell the client which members to skip.
+
 Persistence (durable cursors only). Each change bumps a sequence number. A change is written right away if
 the last write is older than ``cursor_persist_interval_ms``; otherwise the managed ledger's flusher writes it
 once the interval has passed. So a broker crash loses at most the changes of the last interval (plus a write
@@ -21,7 +30,7 @@ import asyncio
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from config_store import BadVersionError, MetadataError, NotFoundError
 from config_store.managed_ledgers import ManagedCursorInfo
@@ -29,7 +38,7 @@ from config_store.managed_ledgers import ManagedCursorInfo
 from .api import Entry, ManagedCursor, Position
 from .errors import (InvalidCursorPositionError, ManagedLedgerClosedError, ManagedLedgerError,
                      ManagedLedgerFencedError, ManagedLedgerMetadataError)
-from .ranges import RangeSet
+from .ranges import RangeSet, ack_set_from_words, batch_ack_sets_to_persist
 
 if TYPE_CHECKING:
     from .ledger import ManagedLedgerImpl
@@ -50,12 +59,14 @@ class ManagedCursorImpl(ManagedCursor):
 
     def __init__(self, ml: "ManagedLedgerImpl", name: str, *, durable: bool, mark_delete: Position,
                  deleted: Optional[RangeSet[Position]] = None, properties: Optional[dict[str, int]] = None,
-                 version: int = -1) -> None:
+                 batch_acks: Optional[Mapping[Position, int]] = None, version: int = -1) -> None:
         self.name = name
         self.durable = durable
         self._ml = ml
         self._md = mark_delete
         self._deleted: RangeSet[Position] = deleted if deleted is not None else RangeSet()
+        self._batch: dict[Position, int] = {p: bits for p, bits in (batch_acks or {}).items()
+                                            if bits and not self._deleted.contains(p)}
         self._properties: dict[str, int] = dict(properties or {})
         self._read = ml.layout.next_position(mark_delete)
         self._read_epoch = 0
@@ -79,8 +90,9 @@ class ManagedCursorImpl(ManagedCursor):
         """A durable cursor restored from its stored state (read at ``version``)."""
         deleted: RangeSet[Position] = RangeSet(
             [(Position(a, b), Position(c, d)) for a, b, c, d in info.individually_deleted])
+        batch_acks = {Position(lid, eid): ack_set_from_words(words) for lid, eid, words in info.batch_deleted}
         return cls(ml, name, durable=True, mark_delete=Position(*info.mark_delete), deleted=deleted,
-                   properties=info.properties, version=version)
+                   properties=info.properties, batch_acks=batch_acks, version=version)
 
     # -- positions ---------------------------------------------------------------------------------------
 
@@ -102,6 +114,15 @@ class ManagedCursorImpl(ManagedCursor):
 
     def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
         return self._deleted.ranges()
+
+    def batch_ack_set(self, position: Position) -> Optional[int]:
+        """The bit set of ``position``'s batch members still unacknowledged; None if no member was
+        acknowledged individually (or the entry is deleted)."""
+        return self._batch.get(position)
+
+    def batch_ack_sets(self) -> dict[Position, int]:
+        """Every partly acknowledged entry's set of members still unacknowledged, by position."""
+        return dict(self._batch)
 
     def backlog_entries(self) -> int:
         layout = self._ml.layout
@@ -228,17 +249,47 @@ class ManagedCursorImpl(ManagedCursor):
             return
         for p in todo:
             self._deleted.add(layout.previous_position(p), p)
+            self._batch.pop(p, None)
         self.messages_consumed += len(todo)
         self._advance_over_ranges()
         await self._changed()
 
+    async def delete_batch_indexes(self, ack_sets: Mapping[Position, int]) -> None:
+        """Records batch-index acknowledgements: for each position the bit set of its batch members still
+        unacknowledged (bit i = member i), ANDed with what is recorded. An entry left with no member is deleted
+        as :meth:`delete` does. Positions already deleted, and positions that do not exist (a client's
+        acknowledgement of garbage), change nothing. Persisted as the module docstring says."""
+        self._check_usable()
+        layout = self._ml.layout
+        changed, emptied = False, []
+        for p, bits in ack_sets.items():
+            if bits < 0:
+                raise ValueError(f"[{self._ml.name}][{self.name}] ack set of {p} is negative: {bits}")
+            if self.is_deleted(p) or not layout.exists(p):
+                continue
+            current = self._batch.get(p)
+            remaining = bits if current is None else current & bits
+            if remaining == current:
+                continue
+            if remaining == 0:
+                emptied.append(p)
+            else:
+                self._batch[p] = remaining
+                changed = True
+        if emptied:
+            await self.delete(emptied)  # persists the ack sets changed above too
+        elif changed:
+            await self._changed()
+
     async def reset(self, position: Position) -> None:
-        """Mark-delete to just before ``position``, no deleted ranges, reads from ``position``; persisted now."""
+        """Mark-delete to just before ``position``, no deleted ranges or ack sets, reads from ``position``;
+        persisted now."""
         self._check_usable()
         self._check_not_beyond_tail(Position(position.ledger_id, position.entry_id - 1))
         layout = self._ml.layout
         self._md = layout.previous_position(position)
         self._deleted.clear()
+        self._batch.clear()
         self._read = layout.normalize(position)
         self._read_epoch += 1
         self._seq += 1
@@ -268,6 +319,9 @@ class ManagedCursorImpl(ManagedCursor):
         while (first := self._deleted.first()) is not None and layout.entries_between(self._md, first[0]) == 0:
             self._deleted.pop_first()
             self._md = max(self._md, first[1])
+        if self._batch:
+            for p in [p for p in self._batch if p <= self._md]:
+                del self._batch[p]
         if self._read <= self._md:
             self._read = layout.next_position(self._md)
 
@@ -277,7 +331,8 @@ class ManagedCursorImpl(ManagedCursor):
         return ManagedCursorInfo(
             mark_delete=(self._md.ledger_id, self._md.entry_id),
             individually_deleted=[(lo.ledger_id, lo.entry_id, hi.ledger_id, hi.entry_id) for lo, hi in self._deleted],
-            properties=dict(self._properties), last_active_ms=self.last_active_ms)
+            properties=dict(self._properties), last_active_ms=self.last_active_ms,
+            batch_deleted=[(p.ledger_id, p.entry_id, words) for p, words in batch_ack_sets_to_persist(self._batch)])
 
     @property
     def dirty(self) -> bool:

@@ -16,9 +16,13 @@ this class gives it ledgers (``_create_ledger_and_switch``) and learns of confir
 Reads go through an :class:`~broker.managed_ledger.reader.EntryReader`: the tail cache first (entries just
 added, for caught-up cursors), else the bookies.
 
-Every metadata write (new ledger, trim, close) is serialised by ``_meta_lock`` and is a compare-and-set; a
-lost race means another broker owns the topic now: the managed ledger is fenced (appends fail at once;
-reads keep working).
+Every metadata write (new ledger, trim, close, properties) is serialised by ``_meta_lock`` and is a
+compare-and-set; a lost race means another broker owns the topic now: the managed ledger is fenced (appends
+fail at once; reads keep working).
+
+Properties (Pulsar's ``ManagedLedger.getProperties`` / ``asyncSetProperties``): string pairs stored in the
+metadata (``properties``), read when the managed ledger is opened; :meth:`ManagedLedgerImpl.set_properties`
+returns once the change is stored. The broker keeps the exclusive producers' topic epoch there.
 
 State (``state``, Pulsar's internal-stats names): Initializing -> LedgerOpened <-> CreatingLedger (rollover),
 LedgerClosed when no ledger could be created (the next append retries), Fenced, and finally Closed/Deleted.
@@ -37,7 +41,7 @@ import logging
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from bookie.client import LedgerClient, LedgerNotFoundError, WriteHandle
 from bookie.errors import BookieError, NoSuchLedgerError
@@ -225,16 +229,19 @@ class ManagedLedgerImpl(ManagedLedger):
 
     # ------------------------------------------------------------------------------------------ metadata
 
-    def _info_from(self, layout: LedgerLayout, open_ledger_id: Optional[int]) -> ManagedLedgerInfo:
+    def _info_from(self, layout: LedgerLayout, open_ledger_id: Optional[int],
+                   properties: Optional[dict[str, str]] = None) -> ManagedLedgerInfo:
         ledgers = [LedgerInfo(s.ledger_id) if s.ledger_id == open_ledger_id
                    else LedgerInfo(s.ledger_id, s.entries, s.size, s.timestamp_ms) for s in layout.stats()]
         state = ManagedLedgerMetaState.TERMINATED if self._terminated else ManagedLedgerMetaState.OPEN
-        return ManagedLedgerInfo(ledgers=ledgers, state=state, properties=self._properties)
+        return ManagedLedgerInfo(ledgers=ledgers, state=state,
+                                 properties=self._properties if properties is None else properties)
 
-    async def _write_metadata(self, layout: LedgerLayout, open_ledger_id: Optional[int]) -> None:
+    async def _write_metadata(self, layout: LedgerLayout, open_ledger_id: Optional[int], *,
+                              properties: Optional[dict[str, str]] = None) -> None:
         """Compare-and-set of the ledger list (caller holds ``_meta_lock``); fences on a lost race."""
         try:
-            self._version = await self._store.write(self.name, self._info_from(layout, open_ledger_id),
+            self._version = await self._store.write(self.name, self._info_from(layout, open_ledger_id, properties),
                                                     expected_version=self._version)
         except (BadVersionError, NotFoundError) as e:
             error = ManagedLedgerFencedError(
@@ -243,6 +250,30 @@ class ManagedLedgerImpl(ManagedLedger):
             raise error from e
         except MetadataError as e:
             raise ManagedLedgerMetadataError(f"[{self.name}] could not update the ledger list: {e}") from e
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The stored properties (as of the last successful write or the open)."""
+        return dict(self._properties)
+
+    async def set_properties(self, updates: Mapping[str, str]) -> None:
+        """Merges ``updates`` into the properties and stores them (compare-and-set; no write when nothing
+        changes). Raises ManagedLedgerClosedError when closed, ManagedLedgerFencedError when another broker
+        wrote the metadata, ManagedLedgerMetadataError when ZooKeeper cannot be reached (then nothing
+        changed)."""
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in updates.items()):
+            raise TypeError(f"[{self.name}] managed-ledger properties map strings to strings: {dict(updates)!r}")
+        async with self._meta_lock:
+            if self._closing or self._lifecycle is not LedgerState.LEDGER_OPENED:
+                raise ManagedLedgerClosedError(f"[{self.name}] managed ledger is {self.state.value}: "
+                                               "cannot set properties")
+            properties = {**self._properties, **updates}
+            if properties == self._properties:
+                return
+            writer = self._appender.writer
+            await self._write_metadata(self.layout, writer.ledger_id if writer is not None else None,
+                                       properties=properties)
+            self._properties = properties
 
     async def _create_ledger_and_switch(self) -> WriteHandle:
         """Creates a ledger and appends it to the list (compare-and-set); deletes it again if that fails."""

@@ -1,5 +1,6 @@
-"""A set of positions kept as disjoint open-closed ranges ``(lo, hi]`` (Guava's ``RangeSet`` as Pulsar's
-cursor uses it for individually deleted entries).
+"""A cursor's acknowledgement state below the entry level: a set of positions kept as disjoint open-closed
+ranges ``(lo, hi]`` (Guava's ``RangeSet`` as Pulsar's cursor uses it for individually deleted entries), and
+the batch-index ack sets of partly acknowledged batch entries (see :func:`batch_ack_sets_to_persist`).
 
 Pure: no asyncio, no I/O. Points are any totally ordered values; the cursor uses ``Position`` tuples.
 Acknowledging entry ``p`` adds ``(previous(p), p]`` where ``previous`` is the managed ledger's previous
@@ -14,7 +15,7 @@ overlap are merged when added, so the representation of a given set of points is
 from __future__ import annotations
 
 import bisect
-from typing import Generic, Iterator, Optional, TypeVar
+from typing import Generic, Iterable, Iterator, Mapping, Optional, TypeVar
 
 P = TypeVar("P")
 
@@ -105,3 +106,67 @@ class RangeSet(Generic[P]):
         other._lows = list(self._lows)
         other._highs = list(self._highs)
         return other
+
+
+# ---------------------------------------------------------------------------------------------- batch ack sets
+#
+# A batch entry some of whose members are acknowledged (batch-index acks) has an *ack set*: the bit set of the
+# members still unacknowledged (Pulsar's convention: bit i set = member i not acknowledged yet). In memory it is
+# a Python int; stored and sent on the wire it is a list of signed int64 words, ``java.util.BitSet.toLongArray``
+# order (bit i is bit i % 64 of word i // 64, no trailing zero words).
+
+BATCH_ACK_SETS_PERSISTED_MAX = 1000
+"""At most this many partly acknowledged entries are persisted with a cursor (Pulsar's
+``managedLedgerMaxBatchDeletedIndexToPersist``, 10,000 there; lower here because the whole cursor state is one
+ZooKeeper node, bounded by ZooKeeper's 1 MB ``jute.maxbuffer``, where Pulsar writes it to a cursor ledger)."""
+
+BATCH_ACK_WORDS_PERSISTED_MAX = 16_384
+"""At most this many 64-bit words of ack sets are persisted with a cursor (at most ~21 JSON bytes each: about
+350 KB). With pulsar-client's default batch of up to 1000 messages (16 words) the entry cap binds first."""
+
+_U64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
+
+
+def ack_set_to_words(bits: int) -> tuple[int, ...]:
+    """A non-negative ack set as signed int64 words (``BitSet.toLongArray``)."""
+    if bits < 0:
+        raise ValueError(f"an ack set is a non-negative bit set, got {bits}")
+    words = []
+    while bits:
+        word = bits & (_U64 - 1)
+        words.append(word - _U64 if word > _I64_MAX else word)
+        bits >>= 64
+    return tuple(words)
+
+
+def ack_set_from_words(words: Iterable[int]) -> int:
+    """Reverses :func:`ack_set_to_words` (any int64 or uint64 word values)."""
+    bits = 0
+    for i, word in enumerate(words):
+        bits |= (word % _U64) << (64 * i)
+    return bits
+
+
+def batch_ack_sets_to_persist(ack_sets: Mapping[P, int], *, entries_max: int = BATCH_ACK_SETS_PERSISTED_MAX,
+                              words_max: int = BATCH_ACK_WORDS_PERSISTED_MAX) -> list[tuple[P, tuple[int, ...]]]:
+    """The ack sets a cursor persists: ``(position, words)`` in ascending position order, lowest positions
+    first, stopping before the first one that would exceed ``entries_max`` entries or ``words_max`` words in
+    all. Empty sets (fully acknowledged entries, which the cursor records as deleted instead) are skipped.
+
+    What is left out is not lost while the broker runs; after a reload those entries are redelivered whole
+    (at least once, as Pulsar does past its cap). The lowest positions are kept because they are redelivered
+    first and hold the mark-delete position back."""
+    out: list[tuple[P, tuple[int, ...]]] = []
+    words_total = 0
+    for position in sorted(ack_sets):
+        if len(out) >= entries_max:
+            break
+        words = ack_set_to_words(ack_sets[position])
+        if not words:
+            continue
+        if words_total + len(words) > words_max:
+            break
+        words_total += len(words)
+        out.append((position, words))
+    return out

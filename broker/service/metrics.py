@@ -1,7 +1,9 @@
 """Prometheus series of the service, under Apache Pulsar's own names and labels.
 
-One collector reads the live topics at scrape time (nothing is updated on the hot path). Topic series
-carry ``cluster``, ``namespace``, ``topic``; subscription series add ``subscription``. Registered only
+One collector reads the live topics at scrape time (the hot path only bumps plain counters: publish
+latency ranges, see ``latency.py``). Topic series carry ``cluster``, ``namespace``, ``topic``;
+subscription series add ``subscription``; connection series and the broker-wide publish latency
+histogram carry ``cluster`` only. Registered only
 into the registry given to ``BrokerService`` (tests pass a fresh one; None registers nothing).
 """
 
@@ -11,6 +13,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .latency import WRITE_LATENCY_SUFFIXES
 
 if TYPE_CHECKING:
     from .service import BrokerService
@@ -76,6 +80,10 @@ class ServiceCollector(Collector):
                 "pulsar_subscription_consumers_count", "Connected consumers", labels=_SUB_LABELS),
         }
         r = {metric: GaugeMetricFamily(metric, text, labels=_REPL_LABELS) for metric, text, _ in _REPLICATION_SERIES}
+        lat = {suffix: GaugeMetricFamily(f"pulsar_storage_write_latency_{suffix}",
+                                         "Entries stored with a publish latency in this range (ms), since the "
+                                         "topic loaded", labels=_TOPIC_LABELS)
+               for suffix in (*WRITE_LATENCY_SUFFIXES, "count", "sum")}
         for name, topic in svc.topics().items():
             try:
                 st = topic.stats()
@@ -94,6 +102,11 @@ class ServiceCollector(Collector):
             g["pulsar_subscriptions_count"].add_metric(labels, len(subs))
             g["pulsar_average_msg_size"].add_metric(labels, st["averageMsgSize"])
             in_msgs.add_metric(labels, st["msgInCounter"])
+            wl = topic.write_latency
+            for suffix, n in zip(WRITE_LATENCY_SUFFIXES, wl.buckets):
+                lat[suffix].add_metric(labels, n)
+            lat["count"].add_metric(labels, wl.count)
+            lat["sum"].add_metric(labels, wl.sum_ms)
             in_bytes.add_metric(labels, st["bytesInCounter"])
             for remote, x in st["replication"].items():
                 rl = labels + [remote]
@@ -112,3 +125,19 @@ class ServiceCollector(Collector):
         yield in_bytes
         yield from s.values()
         yield from r.values()
+        yield from lat.values()
+        yield svc.publish_latency.family()
+        yield from self._connections()
+
+    def _connections(self) -> Iterator:
+        server = self.service.connection_counts()
+        cluster = [self.service.cluster_name]
+        active = GaugeMetricFamily("pulsar_active_connections", "Open client connections", labels=["cluster"])
+        active.add_metric(cluster, server["active"])
+        created = GaugeMetricFamily("pulsar_connection_created_total_count", "Client connections accepted",
+                                    labels=["cluster"])
+        created.add_metric(cluster, server["created"])
+        closed = GaugeMetricFamily("pulsar_connection_closed_total_count", "Client connections closed",
+                                   labels=["cluster"])
+        closed.add_metric(cluster, server["closed"])
+        return active, created, closed

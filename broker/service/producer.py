@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import TYPE_CHECKING, Optional
 
 from broker.managed_ledger.api import Position
@@ -34,7 +35,7 @@ AccessMode = pb.ProducerAccessMode
 
 
 class _Slot:
-    __slots__ = ("sequence_id", "highest_sequence_id", "position", "error", "done")
+    __slots__ = ("sequence_id", "highest_sequence_id", "position", "error", "done", "started")
 
     def __init__(self, sequence_id: int, highest_sequence_id: Optional[int]) -> None:
         self.sequence_id = sequence_id
@@ -42,6 +43,7 @@ class _Slot:
         self.position: Optional[Position] = None
         self.error: Optional[BrokerServiceError] = None
         self.done = False
+        self.started = time.perf_counter()
 
 
 class Producer:
@@ -105,6 +107,8 @@ class Producer:
         conn = self.connection
         out: list[bytes] = []
         failed: Optional[BrokerServiceError] = None
+        latency = self.topic.write_latency
+        now = time.perf_counter()
         while pending and pending[0].done:
             slot = pending.popleft()
             conn.publish_finished()
@@ -115,6 +119,7 @@ class Producer:
                     error=slot.error.server_error, message=str(slot.error)))))
                 continue
             pos = slot.position
+            latency.record(now - slot.started)
             out.append(wire.send_receipt_frame(self.producer_id, slot.sequence_id, pos.ledger_id, pos.entry_id,
                                                highest_sequence_id=slot.highest_sequence_id))
         if out and not self.closed:

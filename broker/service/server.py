@@ -23,6 +23,8 @@ class ProtocolServer:
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
+        self.created = 0
+        self.closed = 0
         self._server: Optional[asyncio.Server] = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -41,6 +43,7 @@ class ProtocolServer:
                 pass
         conn = Connection(self.service, reader, writer)
         self.connections.add(conn)
+        self.created += 1
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -48,6 +51,7 @@ class ProtocolServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self.closed += 1
             if task is not None:
                 self._tasks.discard(task)
 

@@ -21,6 +21,7 @@ from magnetar.topic_name import TopicName
 from .config import ServiceConfig
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, UnsupportedError,
                      map_error, parse_topic)
+from .latency import BrokerLatency
 from .metrics import ServiceCollector
 from .server import ProtocolServer
 from .topic import Topic, TopicState
@@ -63,6 +64,7 @@ class BrokerService:
         self._topic_policies: "Optional[TopicPoliciesCache]" = None  # topic-level replication clusters
         self._producer_ids = itertools.count()
         self._instance = secrets.token_hex(3)
+        self.publish_latency = BrokerLatency()
         self._tasks: set[asyncio.Task] = set()
         self._periodic: Optional[asyncio.Task] = None
         self._stopping = asyncio.Event()
@@ -150,6 +152,11 @@ class BrokerService:
     @property
     def connections(self) -> set:
         return set(self._server.connections)
+
+    def connection_counts(self) -> dict[str, int]:
+        """Open connections, and those accepted / closed since the service started."""
+        server = self._server
+        return {"active": len(server.connections), "created": server.created, "closed": server.closed}
 
     def generate_producer_name(self) -> str:
         """Unique across brokers and restarts (a random instance id), as dedup requires."""

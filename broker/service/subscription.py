@@ -9,7 +9,11 @@ acknowledged entry is never redelivered just because its cursor update has not l
 
 Batch-index acknowledgements (``batch_index_ack_enabled``) carry a bit set of the batch members still
 unacknowledged; the subscription ANDs them per entry (``batch_acks``), sends the result with any
-redelivery of the entry, and deletes the entry once no bit is left. This state is held in memory only.
+redelivery of the entry, and deletes the entry once no bit is left. Each partial acknowledgement is also
+queued for the cursor (``delete_batch_indexes``), which persists the sets with its state; a subscription
+recovered from its cursor (topic reload, failover) starts from them, so a redelivery after a reload still
+skips the members already acknowledged (up to the cursor's persisted cap, and what was persisted before a
+crash).
 
 Seek (``reset``) and unsubscribe (``delete``) run under ``_op_lock``, like ``add_consumer``: a consumer
 reconnecting after a seek waits for the reset to finish instead of reading from the old position.
@@ -93,7 +97,7 @@ class Subscription:
         self.sub_type: Optional[int] = None
         self.dispatcher: Optional[Dispatcher] = None
         self.redelivery_counts: dict[Position, int] = {}
-        self.batch_acks: dict[Position, int] = {}
+        self.batch_acks: dict[Position, int] = cursor.batch_ack_sets()
         self.closed = False
         self._queued_acks: set[Position] = set()
         self._queued_md: Optional[Position] = None
@@ -203,6 +207,7 @@ class Subscription:
 
     def _ack_individual(self, consumer: Consumer, ids: Sequence[pb.MessageIdData]) -> Optional[asyncio.Future]:
         full: list[Position] = []
+        partial: dict[Position, int] = {}
         for mid in ids:
             pos = position_of(mid)
             if pos.ledger_id < 0 or pos.entry_id < 0 or self.is_acked(pos):
@@ -212,6 +217,8 @@ class Subscription:
                 current = self.batch_acks.get(pos)
                 remaining = incoming if current is None else current & incoming
                 if remaining:
+                    if remaining != current:
+                        partial[pos] = remaining
                     self.batch_acks[pos] = remaining
                     owner = self._pending_owner(consumer, pos)
                     if owner is not None:
@@ -221,8 +228,9 @@ class Subscription:
                             self._wake_dispatcher()
                     continue
             full.append(pos)
+        partial_fut = self._queue_op("batch", partial) if partial else None
         if not full:
-            return None
+            return partial_fut
         for pos in full:
             self.batch_acks.pop(pos, None)
             self.redelivery_counts.pop(pos, None)
@@ -249,6 +257,7 @@ class Subscription:
         if pos.ledger_id < 0:
             return None
         target = pos
+        partial: Optional[dict[Position, int]] = None
         if len(mid.ack_set):
             incoming = ack_set_to_int(mid.ack_set)
             current = self.batch_acks.get(pos)
@@ -256,9 +265,11 @@ class Subscription:
             if remaining:
                 self.batch_acks[pos] = remaining
                 target = Position(pos.ledger_id, pos.entry_id - 1)
+                if remaining != current and not self.is_acked(pos):
+                    partial = {pos: remaining}
         current_md = self._queued_md or self.cursor.mark_delete_position
         if target <= current_md:
-            return None
+            return self._queue_op("batch", partial) if partial else None
         self._queued_md = target
         for p in [p for p in self.redelivery_counts if p <= target]:
             del self.redelivery_counts[p]
@@ -268,7 +279,8 @@ class Subscription:
             if c.acked_up_to(target):
                 self._wake_dispatcher()
         consumer.msg_ack.record(1)
-        return self._queue_op("mark_delete", target)
+        fut = self._queue_op("mark_delete", target)
+        return self._queue_op("batch", partial) if partial else fut
 
     def ack_marker(self, position: Position) -> None:
         """Internal markers are acknowledged as soon as a dispatcher meets them."""
@@ -304,6 +316,14 @@ class Subscription:
                     _, more, f = ops.popleft()
                     positions.extend(more)
                     futures.append(f)
+            elif kind == "batch":
+                ack_sets = dict(arg)
+                while ops and ops[0][0] == "batch":
+                    _, more, f = ops.popleft()
+                    for p, bits in more.items():
+                        ack_sets[p] = ack_sets[p] & bits if p in ack_sets else bits
+                    futures.append(f)
+                positions = list(ack_sets)
             else:
                 positions = [arg]
                 while ops and ops[0][0] == "mark_delete":
@@ -315,6 +335,8 @@ class Subscription:
             try:
                 if kind == "delete":
                     await self._delete_positions(positions)
+                elif kind == "batch":
+                    await shielded(self.cursor.delete_batch_indexes(ack_sets))
                 else:
                     await shielded(self.cursor.mark_delete(positions[0], properties=self.cursor_properties()))
             except asyncio.CancelledError:
@@ -326,7 +348,7 @@ class Subscription:
                 log.warning("%s %s of %d position(s) failed: %s", self.log_prefix, kind, len(positions), exc)
             if kind == "delete":
                 self._queued_acks.difference_update(positions)
-            elif self._queued_md is not None and self._queued_md <= positions[0]:
+            elif kind == "mark_delete" and self._queued_md is not None and self._queued_md <= positions[0]:
                 self._queued_md = None
             for f in futures:
                 if not f.done():

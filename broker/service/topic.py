@@ -9,7 +9,9 @@ topic (ProducerBusy). Exclusive takes the topic only when no other producer is c
 otherwise); ExclusiveWithFencing closes every other producer and takes it; WaitForExclusive is answered
 ``producer_ready=false`` and queued until the topic is free. Each new exclusive holder increments the
 *topic epoch*; a producer reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
-The epoch lives in memory only: it restarts when the topic is loaded again.
+The epoch is stored in the managed ledger's properties (``pulsar.topic.epoch``, as Pulsar does) before the
+exclusive producer is admitted, and read when the topic is loaded, so a fenced producer stays fenced after
+an unload or a failover.
 
 Termination (:meth:`Topic.terminate`, admin ``terminate``): the managed ledger is terminated (stored, so it
 survives a reload), producers are refused (TopicTerminatedError, on PRODUCER and on every later SEND) and
@@ -35,6 +37,7 @@ from .consumer import Consumer
 from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
                      ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError)
 from .entries import entry_info, publish_time_of
+from .latency import WriteLatency
 from .producer import AccessMode, Producer
 from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
@@ -52,6 +55,7 @@ log = logging.getLogger("broker.service.topic")
 SubType = pb.CommandSubscribe.SubType
 _I64_MAX = (1 << 63) - 1
 RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME})
+TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
 
 
 def is_reserved_subscription(name: str) -> bool:
@@ -82,6 +86,7 @@ class Topic:
         self.policies: Optional["Policies"] = None
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()
+        self.write_latency = WriteLatency(service.publish_latency)
         self._removed_msg_out = 0
         self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
         self._sub_locks: dict[str, asyncio.Lock] = {}
@@ -115,6 +120,7 @@ class Topic:
 
     async def initialize(self, policies: Optional["Policies"],
                          topic_replication_clusters: Optional[list[str]] = None) -> None:
+        self._load_epoch()
         for name, cursor in self.ml.cursors.items():
             if is_reserved_subscription(name) or not getattr(cursor, "durable", True):
                 continue
@@ -206,7 +212,44 @@ class Topic:
         else:
             raise NotAllowedError(f"unknown producer access mode {mode}")
         self.producers[producer.name] = producer
+        if producer.exclusive:
+            await self._store_epoch(producer)
         return None
+
+    def _load_epoch(self) -> None:
+        stored = self.ml.properties.get(TOPIC_EPOCH_PROPERTY)
+        if stored is None:
+            return
+        try:
+            self.topic_epoch = int(stored)
+        except ValueError:
+            log.warning("[%s] ignoring the unreadable stored topic epoch %r", self.name, stored)
+
+    async def _store_epoch(self, producer: Producer) -> None:
+        """Stores the topic epoch before ``producer`` (admitted with it) hears of it; it is refused (and
+        removed) if that fails, or if another exclusive producer fenced it meanwhile. Writes are serialised
+        by the managed ledger in call order and carry the epoch current at the call, so the stored epoch
+        never goes back."""
+        try:
+            await shielded(self.ml.set_properties({TOPIC_EPOCH_PROPERTY: str(self.topic_epoch)}))
+        except BaseException:
+            self.remove_producer(producer)
+            raise
+        if self.producers.get(producer.name) is not producer:
+            raise ProducerFencedError(f"producer {producer.name!r} was fenced by a newer exclusive producer "
+                                      f"while topic epoch {producer.topic_epoch} was being stored")
+
+    async def _admit_waiting(self, producer: Producer, fut: asyncio.Future) -> None:
+        try:
+            await self._store_epoch(producer)
+        except BaseException as exc:
+            if not fut.done():
+                fut.cancel() if isinstance(exc, asyncio.CancelledError) else fut.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            if not fut.done():
+                fut.set_result(None)
 
     def _grant_epoch(self, producer: Producer, *, fence: bool = False) -> None:
         if producer.topic_epoch is not None and not fence and (self.topic_epoch is None
@@ -234,7 +277,7 @@ class Topic:
                 continue
             self._grant_epoch(producer)
             self.producers[producer.name] = producer
-            fut.set_result(None)
+            self.spawn(self._admit_waiting(producer, fut), f"store topic epoch {self.name}")
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)

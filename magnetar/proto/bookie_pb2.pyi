@@ -55,16 +55,18 @@ class AddRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., recovery: _Optional[bool] = ...) -> None: ...
 
 class AddResponse(_message.Message):
-    __slots__ = ("request_id", "status", "message", "entry_status")
+    __slots__ = ("request_id", "status", "message", "entry_status", "more")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ENTRY_STATUS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     status: Status
     message: str
     entry_status: _containers.RepeatedScalarFieldContainer[Status]
-    def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., entry_status: _Optional[_Iterable[_Union[Status, str]]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[AddResponse]
+    def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., entry_status: _Optional[_Iterable[_Union[Status, str]]] = ..., more: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "entry_ids", "first_entry_id", "last_entry_id", "fence")

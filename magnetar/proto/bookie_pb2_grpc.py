@@ -72,7 +72,8 @@ class BookieServiceServicer:
     def AddEntries(self, request_iterator, context):
         """Pipelined adds. The client streams AddRequests, each a batch of entries (of one or many ledgers); the
         bookie answers every request exactly once, in the order received, after each entry of it is durable
-        (journal fsync) or refused. Many requests may be in flight on one stream.
+        (journal fsync) or refused. Many requests may be in flight on one stream; answers ready together
+        travel in one AddResponse (see AddResponse.more).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

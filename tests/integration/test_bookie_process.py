@@ -40,6 +40,14 @@ def add_request(request_id: int, entries, *, recovery: bool = False) -> pb.AddRe
     )
 
 
+def answers_in(raw: bytes) -> list[pb.AddResponse]:
+    """The answers one AddEntries stream message carries: itself, then those it brought along (``more``)."""
+    first = pb.AddResponse.FromString(raw)
+    more = list(first.more)
+    first.ClearField("more")
+    return [first, *more]
+
+
 class Client:
     """A minimal raw client of one bookie (the ledger client is the lead's; tests here poke the wire)."""
 
@@ -51,7 +59,7 @@ class Client:
 
     async def add(self, requests: list[pb.AddRequest]) -> list[pb.AddResponse]:
         call = self.raw("AddEntries", "stream_stream")(iter([r.SerializeToString() for r in requests]), timeout=30)
-        return [pb.AddResponse.FromString(raw) async for raw in call]
+        return [a async for raw in call for a in answers_in(raw)]
 
     async def read(self, ledger_id: int, entry_ids=None, *, first=None, last=None, fence=False) -> dict:
         request = pb.ReadRequest(ledger_id=ledger_id, fence=fence)
@@ -109,14 +117,14 @@ async def stream_until_killed(client: Client, bookie: BookieProcess, ledgers: li
     call = client.raw("AddEntries", "stream_stream")(requests())
     try:
         async for raw in call:
-            response = pb.AddResponse.FromString(raw)
-            assert response.status == S.OK, response
-            for l, e, p in sent[response.request_id]:
-                acked[(l, e)] = p
-            count += 1
-            answered.set()
-            if count == kill_after_acks:
-                bookie.kill()
+            for response in answers_in(raw):
+                assert response.status == S.OK, response
+                for l, e, p in sent[response.request_id]:
+                    acked[(l, e)] = p
+                count += 1
+                answered.set()
+                if count == kill_after_acks:
+                    bookie.kill()
     except grpc.aio.AioRpcError:
         pass
     call.cancel()
@@ -264,7 +272,7 @@ async def test_malformed_oversized_and_out_of_order_input_changes_nothing(bookie
             add_request(3, [(ledger + 1, 1, b"x" * (bookie_limit := 5243904 + 1))]).SerializeToString(),
             add_request(4, [(ledger, 20, b"fine")]).SerializeToString(),
         ]), timeout=30)
-        answers = [pb.AddResponse.FromString(raw) async for raw in call]
+        answers = [a async for raw in call for a in answers_in(raw)]
         assert [a.status for a in answers] == [S.INVALID_ARGUMENT, S.INVALID_ARGUMENT, S.TOO_LARGE, S.OK]
         assert str(bookie_limit - 1) in answers[2].message
         assert (await client.lac(ledger + 1)).known is False, "refused requests store nothing"
@@ -451,7 +459,7 @@ async def test_sigterm_ends_open_streams_exits_zero_and_keeps_everything(bookie_
         call = client.raw("AddEntries", "stream_stream")(requests())
         answered = []
         async for raw in call:
-            answered.append(pb.AddResponse.FromString(raw))
+            answered.extend(answers_in(raw))
             if len(answered) == 50:
                 break
         assert all(r.status == S.OK for r in answered)

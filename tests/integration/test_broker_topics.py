@@ -205,6 +205,18 @@ def test_metrics_use_pulsar_names(broker, client):
     text = broker.call(collect)
     assert f'pulsar_in_messages_total{{cluster="test",namespace="public/default",topic="{topic}"}} 1.0' in text
     assert "pulsar_subscription_back_log" in text and "pulsar_storage_size" in text
+    labels = f'{{cluster="test",namespace="public/default",topic="{topic}"}}'
+    # One stored entry: counted once over Pulsar's latency ranges, and in the broker-wide histogram.
+    ranges = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("pulsar_storage_write_latency_le_") and labels in line]
+    assert len(ranges) == 10 and sum(ranges) == 1.0
+    assert f"pulsar_storage_write_latency_count{labels} 1.0" in text
+    assert 'magnetar_broker_publish_latency_seconds_bucket{le="+Inf"}' in text
+    active = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith('pulsar_active_connections{cluster="test"}')]
+    created = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('pulsar_connection_created_total_count{cluster="test"}')]
+    assert active and active[0] >= 1 and created and created[0] >= active[0]
 
 
 def test_missing_namespace_is_topic_not_found(broker, client):
