@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from magnetar.errors import MagnetarError
 from observability import MetricsServer, serve_metrics
-from observability.runtime import RuntimeMetrics, tune_gc
+from observability.runtime import RuntimeMetrics, tune_runtime
 
 from .config import BookieConfig
 from .disk import DiskMonitor
@@ -223,7 +223,7 @@ async def serve(config: BookieConfig) -> None:
     try:
         await server.start()
         if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_gc()
+            tune_runtime()
         await stop.wait()
         log.info("signal received")
     finally:

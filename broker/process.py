@@ -38,7 +38,7 @@ from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, M
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad
 from magnetar.errors import MagnetarError
-from observability.runtime import RuntimeMetrics, tune_gc
+from observability.runtime import RuntimeMetrics, tune_runtime
 from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT
 
 from .admin import AdminContext, make_app
@@ -381,7 +381,7 @@ async def serve(config: BrokerConfig) -> None:
     try:
         await broker.start()
         if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_gc()
+            tune_runtime()
         await stop.wait()
         log.info("signal received")
     finally:
