@@ -171,6 +171,16 @@ def topics_skip(
     done(f"skipped {count} on {subscription} of {name}")
 
 
+@topics_app.command("clear-backlog")
+def topics_clear_backlog(
+    topic: str, subscription: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Skip every message of a subscription (on a partitioned topic: of every partition)."""
+    name, path = _sub_path(topic, subscription)
+    call(url, data_dir, "POST", f"{path}/skip_all")
+    done(f"cleared the backlog of {subscription} on {name}")
+
+
 @topics_app.command("expire")
 def topics_expire(
     topic: str, subscription: str, seconds: int = typer.Argument(..., min=0, help="Expire messages older than this."),
@@ -188,6 +198,15 @@ def topics_terminate(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional
     """Terminate a topic: no more publishing; consumers are told when they reach its end."""
     name = parse_topic(topic)
     emit(call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/terminate"), as_json, title=f"last message of {name}")
+
+
+@topics_app.command("terminate-partitioned")
+def topics_terminate_partitioned(topic: str, url: Optional[str] = UrlOpt,
+                                 data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Terminate every partition of a partitioned topic (the last message id of each)."""
+    name = parse_topic(topic)
+    emit(call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/terminate/partitions"), as_json,
+         title=f"last message of each partition of {name}")
 
 
 @topics_app.command("set-replication-clusters")
