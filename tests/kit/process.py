@@ -4,19 +4,35 @@ Every process the kit starts runs in a new session (so its process group holds i
 logs stdout+stderr to one file, and is registered so the session's teardown kills whatever is left.
 Faults are methods: ``kill()`` (SIGKILL the group), ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT),
 ``terminate()`` (SIGTERM, then SIGKILL after a grace period), ``restart()`` (same command, same log file).
+
+A test run that is itself killed (SIGKILL of pytest, CI timeout) runs no teardown; so a child started
+from the main thread also asks the kernel to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``). Not
+from other threads: the kernel ties that signal to the thread that forked, which may end long before the
+test does.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
 _LIVE: "set[ManagedProcess]" = set()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent dies (Linux; ignored where unavailable)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def python_command(*args: str) -> list[str]:
@@ -75,6 +91,7 @@ class ManagedProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         self.starts += 1
         _LIVE.add(self)
