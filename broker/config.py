@@ -46,6 +46,8 @@ class BrokerConfig:
         managed_ledger_cursor_persist_interval_ms: cursor positions are persisted at most this often.
         default_namespace_bundles: bundles (hash ranges) of a namespace created without explicit ones.
         deduplication_enabled: broker default of namespace deduplication (Pulsar ``brokerDeduplicationEnabled``).
+        delayed_delivery_enabled: hold messages with a deliver-at time on Shared / Key_Shared subscriptions until
+            that time (Pulsar ``delayedDeliveryEnabled``); off: delivered at once.
         max_message_size_bytes: larger messages are refused (Pulsar ``maxMessageSize``).
         max_partitions_per_topic: the largest partition count a partitioned topic may have.
         load_report_interval_ms: how often the load report under ``/brokers/<id>`` is refreshed (when it
@@ -85,6 +87,7 @@ class BrokerConfig:
     managed_ledger_cursor_persist_interval_ms: int = 1000
     default_namespace_bundles: int = 4
     deduplication_enabled: bool = False
+    delayed_delivery_enabled: bool = True
     max_message_size_bytes: int = 5 * _MiB
     max_partitions_per_topic: int = 4096
     load_report_interval_ms: int = 5000

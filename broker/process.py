@@ -21,7 +21,6 @@ the service, the HTTP server, the managed ledgers, the ledger client and the sto
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -162,11 +161,8 @@ class BrokerProcess:
         settings: dict[str, Any] = {"host": c.bind_host, "port": c.port, "advertised_address": c.advertised_host,
                                     "max_message_size_bytes": c.max_message_size_bytes}
         # The broker-wide deduplication default (namespaces whose policy is unset) is the service's to apply.
-        if "deduplication_enabled" in {f.name for f in dataclasses.fields(ServiceConfig)}:
-            settings["deduplication_enabled"] = c.deduplication_enabled
-        elif c.deduplication_enabled:
-            raise BrokerError("deduplication_enabled = true: this build's service has no broker-wide "
-                              "deduplication default; enable it per namespace (POST .../deduplication)")
+        settings["deduplication_enabled"] = c.deduplication_enabled
+        settings["delayed_delivery_enabled"] = c.delayed_delivery_enabled
         self.service = BrokerService(
             config=ServiceConfig(**settings),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,

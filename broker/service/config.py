@@ -33,6 +33,10 @@ class ServiceConfig:
             (the managed ledger may persist more often).
         require_namespace: refuse topics whose namespace is absent from the configuration store.
         deduplication_enabled: the broker-wide default for namespaces whose policy leaves it unset.
+        delayed_delivery_enabled: hold messages whose ``deliver_at_time`` is in the future on Shared and
+            Key_Shared subscriptions until that time (Pulsar ``delayedDeliveryEnabled``); off: deliver at once.
+        delayed_delivery_max_held_entries: most entries one subscription holds for delayed delivery (about
+            350 bytes each); when full, it reads no new entries until held ones come due (``delayed.py``).
         server_version: announced in CONNECTED.
     """
 
@@ -52,4 +56,6 @@ class ServiceConfig:
     subscription_ack_flush_interval_s: float = 1.0
     require_namespace: bool = True
     deduplication_enabled: bool = False
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_max_held_entries: int = 100_000
     server_version: str = "Magnetar 0.1"

@@ -125,6 +125,10 @@ class Dispatcher:
     def active_consumer_name(self) -> Optional[str]:
         return None
 
+    def delayed_messages(self) -> int:
+        """Entries held for delayed delivery (stats ``msgDelayed``); only Shared and Key_Shared hold any."""
+        return 0
+
     # --------------------------------------------------------------------------------- the loop
 
     async def _run(self) -> None:

@@ -13,6 +13,11 @@ STICKY ranges). Order per key is kept by three rules:
    old owner of its keys may still hold some), as Pulsar's ``recentlyJoinedConsumers``.
 
 With ``allowOutOfOrderDelivery`` rule 3 is skipped.
+
+Delayed delivery works as for Shared (``dispatcher_multi.py``) and, as in Pulsar, overrides key order: a
+held entry does not hold back later entries of its key; once due it is served like a redelivery. Held
+entries keep the mark-delete position back, so a consumer joining meanwhile stays *recently joined* (rule
+3) until they are delivered and acknowledged, as in Pulsar before 4.0 (apache/pulsar#8703).
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ class KeySharedDispatcher(SharedDispatcher):
         return sent
 
     def on_acked(self, positions: list[Position]) -> None:
+        super().on_acked(positions)
         for pos in positions:
             self._hashes.pop(pos, None)
         if len(self._hashes) > 4 * self.config.max_unacked_messages_per_consumer + 1000:

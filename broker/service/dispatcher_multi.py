@@ -11,15 +11,25 @@ dead-letter policy counts on it); a consumer leaving does not. When no replayed 
 round (Key_Shared: their consumers have no permits), the replay set is *stuck* and rounds read new entries
 until the next event; the replay set is bounded (``max_redelivery_replay_entries``), past that only
 events make progress.
+
+Delayed delivery (``delayed.py``, on unless ``delayed_delivery_enabled`` is off): an entry read with its
+``deliver_at_time`` in the future is held by the tracker instead of dispatched, and the read goes on. Each
+round first moves the held entries whose time has come into the replay set (so they go out before new
+entries, like redeliveries); one timer per dispatcher (``loop.call_at``) is set for the earliest deliver
+time still held, re-armed when that changes, and cancelled on close; it only wakes the read loop. Held
+entries acknowledged meanwhile (by id, or passed by the mark-delete position: skip, expire) are forgotten;
+a seek forgets them all (the rewound cursor reads them again). A full tracker stops reads of new entries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from broker.managed_ledger.api import Entry, Position
 
+from .delayed import DelayedTracker, wall_clock_ms
 from .dispatcher import Dispatcher, Next
 from .entries import EntryInfo
 
@@ -80,10 +90,29 @@ class SharedDispatcher(Dispatcher):
         self.replay = ReplaySet()
         self.replay_stuck = False
         self._rr = 0
+        self.delayed = DelayedTracker(max_entries=self.config.delayed_delivery_max_held_entries)
+        self.clock_ms: Callable[[], int] = wall_clock_ms  # swappable (a simulated clock)
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_due_ms: Optional[int] = None
 
     def wake(self) -> None:
         self.replay_stuck = False
         super().wake()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._cancel_timer()
+        await super().close()
+        self._cancel_timer()
+        self.delayed.clear()
+
+    def delayed_messages(self) -> int:
+        return len(self.delayed)
+
+    @property
+    def delayed_timer_due_ms(self) -> Optional[int]:
+        """The deliver time the armed timer is for (None: no timer armed)."""
+        return self._timer_due_ms if self._timer is not None else None
 
     # --------------------------------------------------------------------------------- consumers
 
@@ -107,11 +136,78 @@ class SharedDispatcher(Dispatcher):
         if not self.subscription.is_acked(position):
             self.replay.add(position, key_hash)
 
+    def on_acked(self, positions: list[Position]) -> None:
+        if len(self.delayed):
+            for pos in positions:
+                self.delayed.discard(pos)
+
     def after_reset(self) -> None:
         self.replay.clear()
+        self.delayed.clear()
+        self._cancel_timer()
         for c in self.consumers:
             c.take_pending()
         super().after_reset()
+
+    # --------------------------------------------------------------------------------- delayed delivery
+
+    def filter_entries(self, entries: list[Entry]) -> list[tuple[Entry, EntryInfo]]:
+        """The base filter, then entries whose deliver time is still ahead go to the tracker."""
+        out = super().filter_entries(entries)
+        if not self.config.delayed_delivery_enabled:
+            return out
+        now_ms = 0
+        kept = []
+        held = False
+        for item in out:
+            at = item[1].deliver_at_ms
+            if at > 0:
+                now_ms = now_ms or self.clock_ms()
+                if self.delayed.hold(item[0].position, at, now_ms):
+                    held = True
+                    continue
+            kept.append(item)
+        if held:
+            self._arm_timer(now_ms)
+        return kept
+
+    def _release_due(self) -> None:
+        """Held entries whose time has come (or that were acknowledged meanwhile) leave the tracker; the
+        due ones join the replay set."""
+        if not len(self.delayed):
+            return
+        self.delayed.discard_up_to(self.cursor.mark_delete_position)
+        now_ms = self.clock_ms()
+        for pos in self.delayed.pop_due(now_ms):
+            self.add_to_replay(pos)
+        self._arm_timer(now_ms)
+
+    def _arm_timer(self, now_ms: int) -> None:
+        """One timer, for the earliest deliver time held (one already past: at once), re-armed only when that
+        time changes; the timer only wakes the read loop, whose next round releases what is due."""
+        due_ms = self.delayed.next_due_ms()
+        if due_ms is None or self._closed:
+            self._cancel_timer()
+            return
+        if self._timer is not None and self._timer_due_ms == due_ms:
+            return
+        self._cancel_timer()
+        loop = asyncio.get_running_loop()
+        # +1 ms: the loop may run a timer up to its clock resolution early, and due means now >= deliver time.
+        delay_s = max(0, due_ms - now_ms) / 1000 + 0.001
+        self._timer = loop.call_at(loop.time() + delay_s, self._on_timer)
+        self._timer_due_ms = due_ms
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_due_ms = None
+        self.wake()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_due_ms = None
 
     # --------------------------------------------------------------------------------- the round
 
@@ -125,6 +221,7 @@ class SharedDispatcher(Dispatcher):
         return total, avg
 
     async def _round(self) -> Next:
+        self._release_due()
         total, avg = self._total_permits()
         if total <= 0:
             return Next.WAIT_EVENT
@@ -137,7 +234,10 @@ class SharedDispatcher(Dispatcher):
             return await self._replay_round(n)
         if len(self.replay) >= self.config.max_redelivery_replay_entries:
             return Next.WAIT_EVENT
-        entries = await self._read_new(n)
+        room = self.delayed.room
+        if room <= 0:
+            return Next.WAIT_EVENT  # the timer wakes us when a held entry comes due
+        entries = await self._read_new(min(n, room))
         if entries is None:
             return Next.PROGRESS
         if not entries:

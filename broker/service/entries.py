@@ -2,9 +2,9 @@
 
 Pure (no asyncio). A stored entry is ``[0x0e02 section]?[0x0e01][crc32c][metadata_size][metadata][payload]``
 (``magnetar.protocol.frames``). Dispatch needs only the metadata: how many messages the entry holds
-(permits are counted in messages), whether it is an internal marker (never delivered), its publish time
-(seek by time, TTL) and its sticky key (Key_Shared). The checksum was verified when the entry was
-published and is verified again by the consumer, so it is not recomputed here.
+(permits are counted in messages), whether it is an internal marker (never delivered), its deliver time
+(delayed delivery), its publish time (seek by time, TTL) and its sticky key (Key_Shared). The checksum was
+verified when the entry was published and is verified again by the consumer, so it is not recomputed here.
 
 Ack sets: Pulsar's batch-index acknowledgements carry a bit set (64 bits per signed int64 word) of the
 batch members *still unacknowledged*; the broker ANDs the sets it receives and sends the result along
@@ -34,6 +34,7 @@ class EntryInfo(NamedTuple):
     num_messages: int
     marker: bool
     metadata: pb.MessageMetadata
+    deliver_at_ms: int = 0  # ``deliver_at_time`` (ms since the epoch); 0: not delayed
 
 
 def _metadata_span(entry: bytes) -> tuple[int, int]:
@@ -69,13 +70,13 @@ def entry_payload(entry: bytes) -> bytes:
 
 
 def entry_info(entry: bytes) -> EntryInfo:
-    """Message count and marker flag; an undecodable entry counts as one ordinary message."""
+    """Message count, marker flag and deliver time; an undecodable entry counts as one ordinary message."""
     try:
         md = peek_metadata(entry)
     except ProtocolError:
         return EntryInfo(1, False, pb.MessageMetadata())
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-    return EntryInfo(max(n, 1), md.HasField("marker_type"), md)
+    return EntryInfo(max(n, 1), md.HasField("marker_type"), md, md.deliver_at_time)
 
 
 def publish_time_of(entry: bytes) -> int:

@@ -532,6 +532,7 @@ class Subscription:
         cstats = [c.stats() for c in consumers]
         backlog = self.cursor.backlog_entries()
         dispatcher = self.dispatcher
+        delayed = dispatcher.delayed_messages() if dispatcher else 0
         out = {
             "msgRateOut": sum(c["msgRateOut"] for c in cstats),
             "msgThroughputOut": sum(c["msgThroughputOut"] for c in cstats),
@@ -542,9 +543,9 @@ class Subscription:
             "chunkedMessageRate": 0.0,
             "msgBacklog": backlog,
             "backlogSize": self.backlog_size_bytes(backlog),
-            "msgBacklogNoDelayed": backlog,
+            "msgBacklogNoDelayed": max(0, backlog - delayed),
             "blockedSubscriptionOnUnackedMsgs": False,
-            "msgDelayed": 0,
+            "msgDelayed": delayed,
             "unackedMessages": sum(c["unackedMessages"] for c in cstats),
             "type": self.type_name(),
             "activeConsumerName": dispatcher.active_consumer_name() if dispatcher else None,

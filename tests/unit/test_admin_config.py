@@ -21,7 +21,7 @@ def test_minimal_file_takes_defaults_and_resolves_data_dir(tmp_path) -> None:
     assert config.data_dir == tmp_path / "data"
     assert config.configuration_store_connect == "127.0.0.1:2181/r"
     assert (config.port, config.http_port, config.default_namespace_bundles) == (6650, 8080, 4)
-    assert config.deduplication_enabled is False
+    assert config.deduplication_enabled is False and config.delayed_delivery_enabled is True
     assert config.effective_broker_id(8081) == "127.0.0.1:8081"
     assert config.endpoints_path == tmp_path / "data" / "endpoints.json"
 
@@ -39,7 +39,9 @@ managed_ledger_ensemble_size = 2
 managed_ledger_write_quorum = 2
 managed_ledger_ack_quorum = 1
 deduplication_enabled = true
+delayed_delivery_enabled = false
 """))
+    assert config.deduplication_enabled is True and config.delayed_delivery_enabled is False
     assert config.cluster == "us-east" and config.broker_id == "b-1" and config.effective_broker_id(1) == "b-1"
     assert config.configuration_store_connect == "global:2181"
     assert (config.managed_ledger_ensemble_size, config.managed_ledger_ack_quorum) == (2, 1)
