@@ -259,13 +259,14 @@ def produce(
     client: str = typer.Option("pulsar", "--client", help="pulsar (pulsar-client) or magnetar (asyncio client, pre-built batches)."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between progress lines."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
+    pin: bool = typer.Option(True, "--pin/--no-pin", help="Pin each pulsar-client worker to one CPU."),
 ) -> None:
     """Publish as fast as allowed; report msg/s, MB/s and send-to-receipt latency."""
     spec = PerfSpec(
         mode="produce", service_url=service_url, topics=_expand_topics(list(topics), topic_count),
         client=_check_client(client), rate=rate, size_bytes=size, batching=batching,
         batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes, batch_delay_ms=batch_delay_ms,
-        max_pending_messages=max_pending, partitions=partitions, duration_s=duration,
+        max_pending_messages=max_pending, partitions=partitions, duration_s=duration, pin=pin,
     )
     _run(spec, processes, interval, json_path)
 
@@ -285,6 +286,7 @@ def consume(
     client: str = typer.Option("pulsar", "--client", help="pulsar (pulsar-client) or magnetar (asyncio client)."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between progress lines."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
+    pin: bool = typer.Option(True, "--pin/--no-pin", help="Pin each pulsar-client worker to one CPU."),
 ) -> None:
     """Receive and acknowledge; report msg/s, MB/s and publish-to-receive latency."""
     if subscription_type not in _SUB_TYPES:
@@ -297,7 +299,7 @@ def consume(
     spec = PerfSpec(
         mode="consume", service_url=service_url, topics=names, client=_check_client(client),
         partitions=partitions, duration_s=duration, subscription=subscription, subscription_type=subscription_type,
-        initial_position=initial_position, receiver_queue_size=receiver_queue_size,
+        initial_position=initial_position, receiver_queue_size=receiver_queue_size, pin=pin,
     )
     _run(spec, processes, interval, json_path)
 

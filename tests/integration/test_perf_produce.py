@@ -78,3 +78,16 @@ def test_perf_produce_against_a_broker_process_on_bookies(tmp_path, zk_connect, 
     result = perf("produce", b.pulsar_url, "persistent://public/default/perf", "--duration", "2", "--interval", "1",
                   "--json", str(out), timeout_s=180)
     check_report(result, out)
+
+
+def test_pulsar_client_workers_are_pinned_to_one_cpu_each() -> None:
+    import os
+    import subprocess
+    import sys
+
+    cpus = sorted(os.sched_getaffinity(0))
+    code = ("import os; from magnetar.perf_worker import pin_worker; c = pin_worker(1); "
+            "print(c, sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    expected = cpus[1 % len(cpus)]
+    assert out.split(None, 1) == [str(expected), f"[{expected}]\n"]
