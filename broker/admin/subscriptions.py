@@ -239,14 +239,7 @@ async def skip_messages(request: web.Request) -> web.Response:
 async def skip_all_messages(request: web.Request) -> web.Response:
     """Clears the backlog (pulsar-admin ``clear-backlog``); on every partition of a partitioned topic."""
     subscription = _subscription_of(request)
-    ctx, topic, n = await _target(request)
-    if n:
-        await _on_every_partition(request, ctx, topic, n, subscription)
-        return web.Response(status=204)
-    served = await ctx.served_topic(request, topic)
-    _require_subscription(topic, served, subscription)
-    await _clear_backlog(served, subscription)
-    return web.Response(status=204)
+    return await _on_subscription(request, subscription, lambda served: _clear_backlog(served, subscription))
 
 
 @routes.post(S + "/expireMessages/{seconds}")
@@ -255,11 +248,17 @@ async def expire_messages(request: web.Request) -> web.Response:
     partitioned topic."""
     subscription = _subscription_of(request)
     seconds = path_int(request, "seconds")
+    return await _on_subscription(request, subscription, lambda served: served.expire(subscription, seconds))
+
+
+async def _on_subscription(request: web.Request, subscription: str, action) -> web.Response:
+    """Runs ``action(topic)`` on the served topic, which must have ``subscription``; on a partitioned topic's
+    base name, the same request goes to every partition instead."""
     ctx, topic, n = await _target(request)
     if n:
         await _on_every_partition(request, ctx, topic, n, subscription)
-        return web.Response(status=204)
-    served = await ctx.served_topic(request, topic)
-    _require_subscription(topic, served, subscription)
-    await served.expire(subscription, seconds)
+    else:
+        served = await ctx.served_topic(request, topic)
+        _require_subscription(topic, served, subscription)
+        await action(served)
     return web.Response(status=204)
