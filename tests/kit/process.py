@@ -6,17 +6,19 @@ Faults are methods: ``kill()`` (SIGKILL the group), ``pause()`` / ``resume()`` (
 ``terminate()`` (SIGTERM, then SIGKILL after a grace period), ``restart()`` (same command, same log file).
 
 A test run that is itself killed (SIGKILL of pytest, CI timeout) runs no teardown; so a child started
-from the main thread also asks the kernel to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``). Not
-from other threads: the kernel ties that signal to the thread that forked, which may end long before the
-test does.
+from the main thread also asks the kernel to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``, set by
+util-linux's ``setpriv --pdeathsig KILL`` in front of the command, when installed). Not from other threads:
+the kernel ties that signal to the thread that forked, which may end long before the test does. Not with
+``preexec_fn`` either: that forces a plain fork(), and in a test process running gRPC, gRPC's fork
+handlers restart its poller threads in the child, which abort when the child closes its descriptors.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pathlib
 import signal
+import shutil
 import subprocess
 import sys
 import threading
@@ -24,15 +26,14 @@ import time
 from typing import Callable, Optional, Sequence
 
 _LIVE: "set[ManagedProcess]" = set()
-_PR_SET_PDEATHSIG = 1
+_SETPRIV = shutil.which("setpriv")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the parent dies (Linux; ignored where unavailable)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` prefixed so that the child gets SIGKILL when its parent thread dies (see the docstring)."""
+    if _SETPRIV is None or threading.current_thread() is not threading.main_thread():
+        return argv
+    return [_SETPRIV, "--pdeathsig", "KILL", *argv]
 
 
 def python_command(*args: str) -> list[str]:
@@ -84,14 +85,13 @@ class ManagedProcess:
             log.write(f"\n===== start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                self.argv,
+                _dying_with_parent(self.argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         self.starts += 1
         _LIVE.add(self)
