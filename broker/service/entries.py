@@ -18,6 +18,7 @@ from typing import NamedTuple, Sequence
 
 from google.protobuf.message import DecodeError
 
+from broker.managed_ledger.ranges import ack_set_from_words, ack_set_to_words
 from magnetar.protocol import pb
 from magnetar.protocol.batch import split_batch
 from magnetar.protocol.compression import decompress
@@ -26,8 +27,6 @@ from magnetar.protocol.frames import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
 
 
 class EntryInfo(NamedTuple):
@@ -117,20 +116,12 @@ def sticky_key(entry: bytes, md: pb.MessageMetadata | None = None) -> bytes:
 
 def ack_set_to_int(words: Sequence[int]) -> int:
     """Signed int64 words (little-endian word order, as ``java.util.BitSet.toLongArray``) to a Python int."""
-    value = 0
-    for i, word in enumerate(words):
-        value |= (word % _U64) << (64 * i)
-    return value
+    return ack_set_from_words(words)
 
 
 def int_to_ack_set(value: int) -> list[int]:
     """Reverses :func:`ack_set_to_int` (no trailing zero words, as BitSet does)."""
-    words = []
-    while value:
-        word = value & (_U64 - 1)
-        words.append(word - _U64 if word > _I64_MAX else word)
-        value >>= 64
-    return words
+    return list(ack_set_to_words(value))
 
 
 def full_ack_set(batch_size: int) -> int:

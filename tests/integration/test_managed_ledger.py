@@ -346,7 +346,10 @@ WRITER = textwrap.dedent(
         await store.start()
         client = LedgerClient(RegionStore(store))
         await client.start()
-        while len(client.writable_bookies()) < 3:
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(client.writable_bookies()) < 3:  # a condition with a deadline (this script has no test kit)
+            if asyncio.get_running_loop().time() > deadline:
+                sys.exit("3 writable bookies not seen within 30 s")
             await asyncio.sleep(0.05)
         config = ManagedLedgerConfig(max_entries_per_ledger=500, cursor_persist_interval_ms=100,
                                      retention_time_s=-1, retention_size_bytes=-1)  # keep it all to check
