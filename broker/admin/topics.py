@@ -24,6 +24,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
 from .fanout import PartitionAnswer, fan_out, judge, partition_calls
 from .keys import CONTEXT
+from .partition_growth import copy_subscriptions
 from .replication import check_clusters, replication_clusters
 
 routes = web.RouteTableDef()
@@ -196,6 +197,8 @@ async def create_partitioned_topic(request: web.Request) -> web.Response:
 
 @routes.post(T + "/{topic}/partitions")
 async def update_partitioned_topic(request: web.Request) -> web.Response:
+    """Grows the partition count, then creates the durable subscriptions of the existing partitions on the
+    new ones (``partition_growth.py``), as Pulsar does."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     count = _partition_count(await read_json(request), ctx)
@@ -206,14 +209,19 @@ async def update_partitioned_topic(request: web.Request) -> web.Response:
     if count <= current:
         raise conflict(f"Number of new partitions ({count}) must be greater than the existing number ({current})")
 
+    grown_from = current  # the count the compare-and-set replaced (another update may have come between)
+
     def grow(old: int) -> int:
+        nonlocal grown_from
         if count <= old:
             raise RestError(409, f"Number of new partitions ({count}) must be greater than the existing "
                                  f"number ({old})")
+        grown_from = old
         return count
 
     await ctx.configuration.update_partitioned_topic(topic.tenant, topic.namespace_portion, topic.domain.value,
                                                      topic.local_name, grow)
+    await copy_subscriptions(ctx, topic, grown_from, count)
     return web.Response(status=204)
 
 

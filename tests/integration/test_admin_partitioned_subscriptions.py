@@ -1,7 +1,8 @@
 """Subscription calls on a partitioned topic's base name, on two real brokers (ZooKeeper, bookies) with the
 partitions owned by both: each call reaches every partition at its owner, as Pulsar's admin API does, and
 pulsar-client consumers see the effect; refused calls (Pulsar's 405s, unknown names, a subscription missing on
-some partitions, consumers still connected) leave every partition as it was."""
+some partitions, consumers still connected) leave every partition as it was. Growing the topic makes its durable
+subscriptions on the new partitions, as Pulsar does."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Optional
 import pulsar
 import pytest
 
+from magnetar.topic_name import encode_local_name
 from tests.kit.brokers import start_brokers
 from tests.kit.wait import wait_for
 
@@ -77,13 +79,13 @@ def consumers_connected_since(url: str) -> list[Optional[str]]:
             for s in subscription_stats(url, "audit")]
 
 
-def place_partitions(urls: list[str]) -> list[str]:
+def place_partitions(urls: list[str], local_name: str = "orders", partitions: int = PARTITIONS) -> list[str]:
     """Gives the partitions' bundles to the brokers in turn (an authoritative lookup acquires an unowned bundle);
     the owner's HTTP URL of each partition."""
-    lookup = "/lookup/v2/topic/persistent/public/default/orders-partition-"
-    bundles = [rest("GET", f"{urls[0]}{lookup}{i}/bundle")[1] for i in range(PARTITIONS)]
+    lookup = f"/lookup/v2/topic/persistent/public/default/{local_name}-partition-"
+    bundles = [rest("GET", f"{urls[0]}{lookup}{i}/bundle")[1] for i in range(partitions)]
     distinct = sorted(set(bundles))
-    assert len(distinct) > 1, f"the partitions of {TOPIC} share one bundle: {bundles}"
+    assert len(distinct) > 1, f"the partitions of {local_name} share one bundle: {bundles}"
     owners = []
     for i, bundle in enumerate(bundles):
         status, answer = rest("GET", f"{urls[distinct.index(bundle) % len(urls)]}{lookup}{i}?authoritative=true")
@@ -212,3 +214,93 @@ def run_scenario(client: pulsar.Client, a: str, b: str) -> None:
     for producer in producers:
         with pytest.raises(pulsar.TopicTerminated):
             producer.send(b"too late")
+
+
+# ---------------------------------------------------------------------------------------------- growing
+
+GROWING = "persistent://public/default/growing"
+GROWING_BASE = "/admin/v2/persistent/public/default/growing"
+ODD_NAME = "audit trail é"  # travels as "audit+trail+%C3%A9", as Pulsar encodes names in paths
+COPIED = sorted(["s1", "s2", ODD_NAME])
+
+
+def growing_subscriptions(url: str, i: int) -> dict[str, dict]:
+    """Partition ``i``'s subscriptions (stats by name)."""
+    status, stats = rest("GET", f"{url}{GROWING_BASE}-partition-{i}/stats")
+    assert status == 200, stats
+    return stats["subscriptions"]
+
+
+def growing_backlogs(url: str, partitions: int, subscription: str = "s1") -> list[Optional[int]]:
+    found = [growing_subscriptions(url, i).get(subscription) for i in range(partitions)]
+    return [None if s is None else s["msgBacklog"] for s in found]
+
+
+def test_growing_a_partitioned_topic_copies_its_durable_subscriptions(tmp_path, zk_connect, bookie_factory) -> None:
+    bookie_factory(2)
+    first, second = start_brokers(2, tmp_path, zk_connect)
+    a, b = first.http_url, second.http_url
+    assert rest("PUT", f"{a}{GROWING_BASE}/partitions", 2) == (204, None)
+    owners = place_partitions([a, b], "growing", 6)  # the partitions to come too, so copies reach both brokers
+    assert b in owners[:5], owners  # killing b fails the copy of the last growth (5 -> 6)
+    client = pulsar.Client(first.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        grow_with_clients(client, a, b)
+    finally:
+        client.close()
+
+    # the copy fails (b, owning an old partition, is gone): the topic has grown all the same, and says so
+    second.process.kill()
+    status, answer = rest("POST", f"{a}{GROWING_BASE}/partitions", 6)
+    assert status == 502 and "now has 6 partitions" in answer["reason"], answer
+    assert rest("GET", f"{a}{GROWING_BASE}/partitions") == (200, {"partitions": 6})
+    # once a has taken b's bundles over, creating each subscription on the base name finishes the job
+    for name in COPIED:
+        wait_for(lambda: rest("PUT", f"{a}{GROWING_BASE}/subscription/{encode_local_name(name)}")[0] == 204, 60,
+                 what=f"{name!r} created on partition 5")
+    assert sorted(growing_subscriptions(a, 5)) == COPIED
+
+
+def grow_with_clients(client: pulsar.Client, a: str, b: str) -> None:
+    # durable subscriptions made by the admin API and by a consumer, a reader's non-durable one on partition 0
+    for name in ("s1", ODD_NAME):
+        assert rest("PUT", f"{b}{GROWING_BASE}/subscription/{encode_local_name(name)}") == (204, None)
+    s2 = client.subscribe(GROWING, "s2", consumer_type=pulsar.ConsumerType.Shared)
+    reader = client.create_reader(f"{GROWING}-partition-0", pulsar.MessageId.earliest)
+    reader_subscription = wait_for(
+        lambda: [n for n, s in growing_subscriptions(a, 0).items() if not s["isDurable"]], 30,
+        what="the reader's subscription on partition 0")[0]
+    assert sorted(growing_subscriptions(a, 1)) == COPIED
+
+    # grow 2 -> 4: the new partitions get the durable subscriptions only
+    assert rest("POST", f"{b}{GROWING_BASE}/partitions", 4) == (204, None)
+    for i in (2, 3):
+        subscriptions = growing_subscriptions(a, i)
+        assert sorted(subscriptions) == COPIED and reader_subscription not in subscriptions, (i, subscriptions)
+        assert all(s["isDurable"] and s["msgBacklog"] == 0 for s in subscriptions.values()), subscriptions
+    assert rest("POST", f"{a}{GROWING_BASE}/subscription/s1/skip_all") == (204, None)  # was 404 on partition 2
+    assert rest("POST", f"{b}{GROWING_BASE}/subscription/{encode_local_name(ODD_NAME)}/expireMessages/0") \
+        == (204, None)
+
+    # a producer and a consumer that see the 4 partitions: messages published to the new ones reach s1
+    producer = client.create_producer(GROWING, batching_enabled=False,
+                                      message_router=lambda message, n: int(message.partition_key()))
+    sent = [f"m-{i}-{j}" for i in range(4) for j in range(2)]
+    for text in sent:
+        producer.send(text.encode(), partition_key=text.split("-")[1])
+    wait_for(lambda: growing_backlogs(a, 4) == [2] * 4, 30, what="a backlog of 2 on every partition's s1")
+    consumer = client.subscribe(GROWING, "s1", consumer_type=pulsar.ConsumerType.Shared)
+    got = {}
+    for _ in sent:
+        message = consumer.receive(RECEIVE_MS)
+        consumer.acknowledge(message)
+        got[message.data().decode()] = message.topic_name()
+    assert got == {text: f"{GROWING}-partition-{text.split('-')[1]}" for text in sent}
+    wait_for(lambda: growing_backlogs(a, 4) == [0] * 4, 30, what="everything acknowledged")
+    for closeable in (consumer, producer, reader, s2):
+        closeable.close()
+
+    # grow 4 -> 5 where a client already made s1 on the new partition: "already exists" is no failure
+    assert rest("PUT", f"{a}{GROWING_BASE}-partition-4/subscription/s1") == (204, None)
+    assert rest("POST", f"{a}{GROWING_BASE}/partitions", 5) == (204, None)
+    assert sorted(growing_subscriptions(a, 4)) == COPIED
