@@ -5,7 +5,7 @@
     .venv/bin/python bench/broker_perf.py --clients magnetar --processes 1,2 --sizes 100,1024,65536
 
 Without ``--url`` it starts a local deployment with the test kit (a real ZooKeeper, ``--bookies`` bookie
-processes, one ``magnetar broker`` process; E = Qw = Qa = 2) in a temporary directory and stops it at the
+processes, one ``magnetar broker`` process; E/Qw/Qa 3/2/2 as in ``clusters/standalone.toml``) in a temporary directory and stops it at the
 end. Each cell runs ``magnetar perf produce`` on a fresh topic for ``--seconds`` at ``--rate`` (default: the
 maximum; latencies at the maximum are mostly queueing behind ``--max-pending``, so give a rate to see the
 latency of a loaded but unsaturated broker) and
@@ -36,7 +36,9 @@ def _start_deployment(base: pathlib.Path, bookies: int):
     zk = start_zookeeper(base)
     zk_connect = zk.new_chroot("bench")
     bks = start_bookies(bookies, base, zk_connect)
-    (broker,) = start_brokers(1, base, zk_connect)
+    ensemble = min(3, bookies)
+    (broker,) = start_brokers(1, base, zk_connect, managed_ledger_ensemble_size=ensemble,
+                              managed_ledger_write_quorum=min(2, bookies), managed_ledger_ack_quorum=min(2, bookies))
     return broker.pulsar_url, [zk.process, *(b.process for b in bks), broker.process]
 
 

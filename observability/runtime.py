@@ -18,11 +18,19 @@ kazoo and gRPC threads run Python code next to the event loop, and a loop thread
 waits up to one interval. Measured on a 2-core machine (``magnetar perf``, see docs/architecture.md): 0.5 ms
 moved more broker-side publishes under 2.5 ms at 10,000 msg/s but cost about a quarter of the peak
 throughput, so the default stays CPython's.
+
+It also tells glibc's allocator to keep large blocks (:func:`keep_large_blocks`): a published entry is
+~100 KiB and passes through several buffers (socket read, framing, one AddRequest per bookie, a journal
+record); above glibc's default 128 KiB mapping threshold each such buffer was a fresh ``mmap``, zero-filled
+page by page on first touch and unmapped on release, about 20,000 page faults a second in a loaded broker.
+``MAGNETAR_MALLOC_TUNING=0`` leaves the allocator alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import os
 import sys
@@ -38,6 +46,28 @@ _LAG_PROBE_INTERVAL_S = 0.05
 # (700) makes a loaded server collect thousands of times a second.
 _GEN0_THRESHOLD = 50_000
 
+# glibc mallopt parameters and the values set: blocks up to 32 MiB come from the heap, and up to 256 MiB of
+# free heap is kept before it is returned to the system.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 32 << 20
+_TRIM_THRESHOLD_BYTES = 256 << 20
+
+
+def keep_large_blocks() -> bool:
+    """Raises glibc's mmap and trim thresholds (see the module docstring); False where there is no glibc."""
+    if os.environ.get("MAGNETAR_MALLOC_TUNING", "1") == "0":
+        return False
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD,
+                                                                                    _TRIM_THRESHOLD_BYTES))
+
 
 def tune_runtime() -> None:
     """Call once start-up is done: start-up objects leave the collector's walk; fewer young collections;
@@ -46,6 +76,7 @@ def tune_runtime() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(_GEN0_THRESHOLD, gen1, gen2)
+    keep_large_blocks()
     interval = os.environ.get("MAGNETAR_SWITCH_INTERVAL_S")
     if interval:
         try:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import platform
 import sys
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from observability.runtime import RuntimeMetrics, tune_runtime
+from observability.runtime import RuntimeMetrics, keep_large_blocks, tune_runtime
 
 
 def _count(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -66,3 +67,10 @@ def test_switch_interval_comes_from_the_environment(monkeypatch) -> None:
         sys.setswitchinterval(old)
         gc.unfreeze()
         gc.set_threshold(700, 10, 10)
+
+
+def test_allocator_tuning_applies_on_glibc_and_can_be_turned_off(monkeypatch) -> None:
+    monkeypatch.setenv("MAGNETAR_MALLOC_TUNING", "0")
+    assert keep_large_blocks() is False
+    monkeypatch.delenv("MAGNETAR_MALLOC_TUNING")
+    assert keep_large_blocks() is (platform.libc_ver()[0] == "glibc")
