@@ -174,10 +174,16 @@ class EntryRecord(NamedTuple):
 
 def encode_entry_record(ledger_id: int, entry_id: int, last_add_confirmed: int, payload: bytes) -> bytes:
     """One framed entry-log record (its size is ``ENTRY_HEAD_SIZE + len(payload)``)."""
+    return encode_entry_record_head(ledger_id, entry_id, last_add_confirmed, payload) + payload
+
+
+def encode_entry_record_head(ledger_id: int, entry_id: int, last_add_confirmed: int, payload: bytes) -> bytes:
+    """The ``ENTRY_HEAD_SIZE`` bytes that precede ``payload`` in its entry-log record (written separately,
+    so the payload is not copied)."""
     meta = _ENTRY_META.pack(ledger_id, entry_id, last_add_confirmed)
     length = _ENTRY_META.size + len(payload)
     crc = _crc(payload, _crc(meta, _crc(_LEN.pack(length))))
-    return _ENTRY_PREFIX.pack(length, crc) + meta + payload
+    return _ENTRY_PREFIX.pack(length, crc) + meta
 
 
 def decode_entry_record(data: bytes | memoryview, offset: int = 0) -> tuple[EntryRecord, int]:

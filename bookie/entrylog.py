@@ -20,7 +20,7 @@ from magnetar.proto import bookie_pb2
 
 from . import codec
 from .index import Index, Location
-from .journal import fsync_dir
+from .journal import fsync_dir, write_all
 
 log = logging.getLogger("bookie.entrylog")
 
@@ -68,16 +68,18 @@ class EntryLogWriter:
         return self._log_id
 
     def append(self, ledger_id: int, entry_id: int, lac: int, payload: bytes) -> Location:
-        record = codec.encode_entry_record(ledger_id, entry_id, lac, payload)
-        if self._fd < 0 or (self._size + len(record) > self.max_size_bytes and self._size > codec.FILE_HEADER_SIZE):
+        head = codec.encode_entry_record_head(ledger_id, entry_id, lac, payload)
+        size = len(head) + len(payload)
+        if self._fd < 0 or (self._size + size > self.max_size_bytes and self._size > codec.FILE_HEADER_SIZE):
             self._roll()
         offset = self._size
-        self._buffer.append(record)
-        self._buffered += len(record)
-        self._size += len(record)
+        self._buffer.append(head)
+        self._buffer.append(payload)
+        self._buffered += size
+        self._size += size
         if self._buffered >= _WRITE_CHUNK_BYTES:
             self._write_buffer()
-        return Location(self._log_id, offset, len(record))
+        return Location(self._log_id, offset, size)
 
     def sync(self) -> None:
         """Makes every appended record durable."""
@@ -124,12 +126,9 @@ class EntryLogWriter:
     def _write_buffer(self) -> None:
         if not self._buffer:
             return
-        data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
-        self._buffer.clear()
+        buffers, self._buffer = self._buffer, []
         self._buffered = 0
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        write_all(self._fd, buffers)
 
 
 class ReadResult(NamedTuple):
