@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from magnetar.errors import ConfigError
 
 _MiB = 1024 * 1024
@@ -66,6 +67,14 @@ class BrokerConfig:
         replicated_subscriptions_snapshot_interval_ms: how often a topic with replicated subscriptions takes
             a cross-cluster snapshot (Pulsar ``replicatedSubscriptionsSnapshotFrequencyMillis``).
         replicated_subscriptions_snapshot_timeout_ms: a snapshot not completed within this long is dropped.
+        backlog_quota_check_enabled: check topics against their backlog quotas periodically (Pulsar
+            ``backlogQuotaCheckEnabled``); a producer is checked when it connects either way.
+        backlog_quota_check_interval_ms: how often (Pulsar ``backlogQuotaCheckIntervalInSeconds``, 60 s).
+        backlog_quota_default_limit_bytes: size quota of topics whose namespace and topic set none (-1: none;
+            Pulsar ``backlogQuotaDefaultLimitBytes``).
+        backlog_quota_default_limit_s: age quota of such topics (-1: none; ``backlogQuotaDefaultLimitSecond``).
+        backlog_quota_default_policy: ``producer_request_hold``, ``producer_exception`` or
+            ``consumer_backlog_eviction`` (``backlogQuotaDefaultRetentionPolicy``).
     """
 
     data_dir: pathlib.Path
@@ -102,6 +111,11 @@ class BrokerConfig:
     replication_backoff_max_ms: int = 5_000
     replicated_subscriptions_snapshot_interval_ms: int = 1_000
     replicated_subscriptions_snapshot_timeout_ms: int = 30_000
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_ms: int = 60_000
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_s: int = -1
+    backlog_quota_default_policy: str = "producer_request_hold"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
@@ -191,6 +205,7 @@ class BrokerConfig:
             "max_partitions_per_topic", "load_report_interval_ms", "http_request_body_max_bytes",
             "replication_read_batch_max", "replication_pending_max", "replication_backoff_max_ms",
             "replicated_subscriptions_snapshot_interval_ms", "replicated_subscriptions_snapshot_timeout_ms",
+            "backlog_quota_check_interval_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -204,6 +219,15 @@ class BrokerConfig:
             if value and (not value.startswith(f"{scheme}://") and not value.startswith(f"{scheme}s://")
                           and not value.startswith(f"{scheme}+ssl://") or any(c.isspace() for c in value)):
                 raise ConfigError(f"{name} must be a {scheme}:// URL (host:port[,host:port...]), not {value!r}")
+        for name in ("backlog_quota_default_limit_bytes", "backlog_quota_default_limit_s"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{name} must be -1 (no limit) or more, not {getattr(self, name)}")
+        if self.backlog_quota_default_limit_s >= 1 << 31:
+            raise ConfigError(f"backlog_quota_default_limit_s must be below 2**31, "
+                              f"not {self.backlog_quota_default_limit_s}")
+        if self.backlog_quota_default_policy not in _BACKLOG_QUOTA_POLICIES:
+            raise ConfigError(f"backlog_quota_default_policy must be one of {', '.join(_BACKLOG_QUOTA_POLICIES)}, "
+                              f"not {self.backlog_quota_default_policy!r}")
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
         e, qw, qa = (self.managed_ledger_ensemble_size, self.managed_ledger_write_quorum,

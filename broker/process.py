@@ -163,6 +163,11 @@ class BrokerProcess:
         # The broker-wide deduplication default (namespaces whose policy is unset) is the service's to apply.
         settings["deduplication_enabled"] = c.deduplication_enabled
         settings["delayed_delivery_enabled"] = c.delayed_delivery_enabled
+        settings.update(backlog_quota_check_enabled=c.backlog_quota_check_enabled,
+                        backlog_quota_check_interval_s=c.backlog_quota_check_interval_ms / 1000,
+                        backlog_quota_default_limit_bytes=c.backlog_quota_default_limit_bytes,
+                        backlog_quota_default_limit_s=c.backlog_quota_default_limit_s,
+                        backlog_quota_default_policy=c.backlog_quota_default_policy)
         self.service = BrokerService(
             config=ServiceConfig(**settings),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,

@@ -15,8 +15,8 @@ from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
 from .memory import MemoryMetadataStore, MemoryTree
-from .models import (BookieRegistration, ClusterData, LedgerMetadata, LedgerState, PartitionedTopicMetadata,
-                     Policies, TenantInfo, TopicPolicies, Versioned)
+from .models import (BacklogQuota, BookieRegistration, ClusterData, LedgerMetadata, LedgerState,
+                     PartitionedTopicMetadata, Policies, TenantInfo, TopicPolicies, Versioned)
 from .region import BookieCache, RegionStore
 from .store import EphemeralRegistration, KazooMetadataStore, MetadataStore, SessionEvent, StoreState, WatchHandle
 
@@ -27,5 +27,5 @@ __all__ = [
     "MetadataUnavailableError", "InvalidMetadataError", "StoreClosedError",
     "ConfigurationStore", "PoliciesCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
     "ClusterData", "TenantInfo", "Policies", "TopicPolicies", "PartitionedTopicMetadata", "BookieRegistration",
-    "LedgerMetadata", "LedgerState",
+    "LedgerMetadata", "LedgerState", "BacklogQuota",
 ]

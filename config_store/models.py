@@ -152,6 +152,59 @@ class TenantInfo:
         return cls(admin_roles=_str_list(k, o, "adminRoles"), allowed_clusters=_str_list(k, o, "allowedClusters"))
 
 
+BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
+"""Pulsar's ``BacklogQuotaType`` names: the size of a backlog, and the age of its oldest message."""
+BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+"""Pulsar's ``BacklogQuota.RetentionPolicy`` names: what a broker does to a topic over its quota."""
+
+
+@dataclass(frozen=True)
+class BacklogQuota:
+    """A backlog quota (Pulsar ``BacklogQuota``): ``-1`` leaves a limit off.
+
+    A ``destination_storage`` quota is judged by its ``limit_size_bytes``, a ``message_age`` quota by its
+    ``limit_time_s``; the other limit of each is stored but not used, as in Pulsar.
+    """
+
+    limit_size_bytes: int = -1
+    limit_time_s: int = -1
+    policy: str = "producer_request_hold"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Pulsar's JSON: ``limit`` is the deprecated alias of ``limitSize``, still written for older readers."""
+        return {"limit": self.limit_size_bytes, "limitSize": self.limit_size_bytes, "limitTime": self.limit_time_s,
+                "policy": self.policy}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: Any) -> "BacklogQuota":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: a backlog quota must be an object, got {type(obj).__name__}")
+        size = _field(kind, obj, "limitSize", int, None, nullable=True)
+        if size is None:
+            size = _field(kind, obj, "limit", int, -1)
+        policy = _field(kind, obj, "policy", str, "producer_request_hold")
+        if policy not in BACKLOG_QUOTA_POLICIES:
+            raise InvalidMetadataError(f"{kind}: unknown backlog quota policy {policy!r}")
+        return cls(limit_size_bytes=size, limit_time_s=_field(kind, obj, "limitTime", int, -1), policy=policy)
+
+
+def _quota_map_json(quotas: dict[str, BacklogQuota]) -> dict[str, Any]:
+    return {t: q.to_dict() for t, q in sorted(quotas.items())}
+
+
+def _quota_map(kind: str, obj: dict[str, Any], key: str) -> dict[str, BacklogQuota] | None:
+    """A map of quota type to BacklogQuota; None when absent or null."""
+    value = _field(kind, obj, key, dict, None, nullable=True)
+    if value is None:
+        return None
+    out = {}
+    for quota_type, quota in value.items():
+        if quota_type not in BACKLOG_QUOTA_TYPES:
+            raise InvalidMetadataError(f"{kind}: unknown backlog quota type {quota_type!r} in '{key}'")
+        out[quota_type] = BacklogQuota.from_dict(f"{kind}.{key}.{quota_type}", quota)
+    return out
+
+
 @dataclass
 class Policies:
     """A namespace's policies (Pulsar ``Policies``; only the fields Magnetar uses so far — add more freely).
@@ -166,9 +219,11 @@ class Policies:
     retention_size_in_mb: int = 0
     bundles: dict | None = None
     auth_roles: dict[str, list[str]] = field(default_factory=dict)
+    backlog_quota_map: dict[str, BacklogQuota] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return _dumps("Policies", {
+            "backlog_quota_map": _quota_map_json(self.backlog_quota_map),
             "replication_clusters": list(self.replication_clusters),
             "deduplicationEnabled": self.deduplication_enabled,
             "message_ttl_in_seconds": self.message_ttl_in_seconds,
@@ -197,6 +252,7 @@ class Policies:
             retention_size_in_mb=_field(k + ".retention_policies", retention, "retentionSizeInMB", int, 0),
             bundles=_field(k, o, "bundles", dict, None, nullable=True),
             auth_roles=auth_roles,
+            backlog_quota_map=_quota_map(k, o, "backlog_quota_map") or {},
         )
 
 
@@ -210,6 +266,7 @@ class TopicPolicies:
     """
 
     replication_clusters: list[str] | None = None
+    backlog_quota_map: dict[str, BacklogQuota] | None = None
 
     def is_empty(self) -> bool:
         """True when nothing is set at topic level (every field None)."""
@@ -217,12 +274,16 @@ class TopicPolicies:
 
     def to_json(self) -> bytes:
         clusters = None if self.replication_clusters is None else list(self.replication_clusters)
-        return _dumps("TopicPolicies", {"replicationClusters": clusters})
+        fields: dict[str, Any] = {"replicationClusters": clusters}
+        if self.backlog_quota_map is not None:  # Pulsar's spelling, capital L included
+            fields["backLogQuotaMap"] = _quota_map_json(self.backlog_quota_map)
+        return _dumps("TopicPolicies", fields)
 
     @classmethod
     def from_json(cls, data: bytes) -> "TopicPolicies":
         k, o = "TopicPolicies", _loads("TopicPolicies", data)
-        return cls(replication_clusters=_str_list_or_none(k, o, "replicationClusters"))
+        return cls(replication_clusters=_str_list_or_none(k, o, "replicationClusters"),
+                   backlog_quota_map=_quota_map(k, o, "backLogQuotaMap"))
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,76 @@ def namespaces_get_clusters(namespace: str, url: Optional[str] = UrlOpt,
          column="cluster")
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+_QUOTA_TYPES = ("destination_storage", "message_age")
+
+
+def _with_unit(text: str, units: dict[str, int], what: str) -> int:
+    """``-1``, ``512``, ``10M`` / ``2h`` (pulsar-admin's forms) as a number of bytes / seconds; exits 2 if not."""
+    text = text.strip()
+    if text == "-1":
+        return -1
+    number, unit = text.rstrip("kKmMgGtTsShHdDwW"), text[len(text.rstrip("kKmMgGtTsShHdDwW")):].lower()
+    if not number.isdigit() or unit not in units:
+        typer.secho(f"error: {what} must be -1 or a number with an optional unit ({', '.join(u for u in units if u)}),"
+                    f" got {text!r}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    return int(number) * units[unit]
+
+
+def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        typer.secho(f"error: {what} must be one of {', '.join(choices)}, got {value!r}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    return value
+
+
+@namespaces_app.command("set-backlog-quota")
+def namespaces_set_backlog_quota(
+    namespace: str,
+    limit: str = typer.Option("-1", "--limit", "-l", help="Size limit in bytes, or with K/M/G/T (-1: none); "
+                                                          "what a destination_storage quota is judged by."),
+    limit_time: str = typer.Option("-1", "--limit-time", "-lt",
+                                   help="Age limit in seconds, or with s/m/h/d/w (-1: none); what a message_age "
+                                        "quota is judged by."),
+    policy: str = typer.Option(..., "--policy", "-p", help=f"What happens over quota: {', '.join(_QUOTA_POLICIES)}."),
+    quota_type: str = typer.Option("destination_storage", "--type", "-t", help=f"{' or '.join(_QUOTA_TYPES)}."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Set a namespace's backlog quota of one type (size of, or age in, its topics' slowest subscription)."""
+    body = {"limitSize": _with_unit(limit, _SIZE_UNITS, "--limit"),
+            "limitTime": _with_unit(limit_time, _TIME_UNITS, "--limit-time"),
+            "policy": _choice(policy, _QUOTA_POLICIES, "--policy")}
+    _choice(quota_type, _QUOTA_TYPES, "--type")
+    call(url, data_dir, "POST",
+         f"/admin/v2/namespaces/{namespace_path(namespace)}/backlogQuota?backlogQuotaType={quota_type}", body)
+    done(f"{quota_type} backlog quota of {namespace}: size {body['limitSize']} bytes, time {body['limitTime']} s, "
+         f"{policy}")
+
+
+@namespaces_app.command("get-backlog-quotas")
+def namespaces_get_backlog_quotas(namespace: str, url: Optional[str] = UrlOpt,
+                                  data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Show a namespace's backlog quotas by type (none set: the broker's defaults apply)."""
+    emit(call(url, data_dir, "GET", f"/admin/v2/namespaces/{namespace_path(namespace)}/backlogQuotaMap"), as_json,
+         title=namespace)
+
+
+@namespaces_app.command("remove-backlog-quota")
+def namespaces_remove_backlog_quota(
+    namespace: str,
+    quota_type: str = typer.Option("destination_storage", "--type", "-t", help=f"{' or '.join(_QUOTA_TYPES)}."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Remove a namespace's backlog quota of one type."""
+    _choice(quota_type, _QUOTA_TYPES, "--type")
+    call(url, data_dir, "DELETE",
+         f"/admin/v2/namespaces/{namespace_path(namespace)}/backlogQuota?backlogQuotaType={quota_type}")
+    done(f"removed the {quota_type} backlog quota of {namespace}")
+
+
 @namespaces_app.command("unload")
 def namespaces_unload(namespace: str, url: Optional[str] = UrlOpt,
                       data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:

@@ -10,12 +10,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 
 from .. import metrics_names as names
-from . import cluster_info, clusters, namespaces, tenants, topics
+from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topics
 from .context import AdminContext
 from .errors import error_middleware, metrics_middleware
 from .keys import CONTEXT
 
-_MODULES = (clusters, tenants, namespaces, topics, cluster_info)
+_MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info)
 
 
 async def _metrics(request: web.Request) -> web.Response:

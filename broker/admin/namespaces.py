@@ -18,9 +18,10 @@ from config_store.configuration import check_name
 from config_store.errors import InvalidMetadataError
 
 from ..bundles import bundles_data, parse_bundles_data
+from ..service.backlog_quota import retention_conflict
 from .body import ABSENT, expect_bool, expect_int, expect_object, expect_str_list, read_json
 from .context import AdminContext, redirect_location
-from .errors import RestError, bad_request, conflict, not_found
+from .errors import RestError, bad_request, conflict, not_found, precondition_failed
 from .keys import CONTEXT
 from .replication import check_clusters, replication_clusters
 from .tenants import tenant_name
@@ -219,6 +220,11 @@ async def set_retention(request: web.Request) -> web.Response:
     minutes, mb = _retention(await read_json(request))
 
     def apply(p: Policies) -> Policies:
+        for quota in p.backlog_quota_map.values():  # as Pulsar: retention must keep more than a backlog may hold
+            reason = retention_conflict(quota, retention_time_minutes=minutes, retention_size_mb=mb)
+            if reason is not None:
+                raise precondition_failed(f"Retention Quota must exceed configured backlog quota for namespace: "
+                                          f"{reason}")
         p.retention_time_in_minutes, p.retention_size_in_mb = minutes, mb
         return p
 

@@ -37,6 +37,14 @@ class ServiceConfig:
             Key_Shared subscriptions until that time (Pulsar ``delayedDeliveryEnabled``); off: deliver at once.
         delayed_delivery_max_held_entries: most entries one subscription holds for delayed delivery (about
             350 bytes each); when full, it reads no new entries until held ones come due (``delayed.py``).
+        backlog_quota_check_enabled: check topics' backlog quotas periodically (Pulsar
+            ``backlogQuotaCheckEnabled``); producers are still checked against them when they connect.
+        backlog_quota_check_interval_s: how often (Pulsar ``backlogQuotaCheckIntervalInSeconds``).
+        backlog_quota_default_limit_bytes: the size quota of topics whose namespace and topic set none
+            (-1: none; Pulsar ``backlogQuotaDefaultLimitBytes``).
+        backlog_quota_default_limit_s: the age quota of such topics (-1: none; ``backlogQuotaDefaultLimitSecond``).
+        backlog_quota_default_policy: what the default quotas do when exceeded (``producer_request_hold``,
+            ``producer_exception`` or ``consumer_backlog_eviction``).
         server_version: announced in CONNECTED.
     """
 
@@ -58,4 +66,9 @@ class ServiceConfig:
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     delayed_delivery_max_held_entries: int = 100_000
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_s: float = 60.0
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_s: int = -1
+    backlog_quota_default_policy: str = "producer_request_hold"
     server_version: str = "Magnetar 0.1"

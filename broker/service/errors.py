@@ -132,6 +132,23 @@ class TooManyRequestsError(BrokerServiceError):
     retriable = True
 
 
+class ProducerBlockedQuotaExceededError(BrokerServiceError):
+    """The topic's backlog is over a ``producer_request_hold`` quota: no producer until consumers catch up
+    (pulsar-client keeps a connected producer's messages pending and reconnects)."""
+
+    server_error = ServerError.ProducerBlockedQuotaExceededError
+    http_status = 412
+    retriable = True
+
+
+class ProducerBlockedQuotaExceededException(BrokerServiceError):
+    """The topic's backlog is over a ``producer_exception`` quota: producers are refused (pulsar-client
+    fails their pending messages)."""
+
+    server_error = ServerError.ProducerBlockedQuotaExceededException
+    http_status = 412
+
+
 class UnsupportedError(BrokerServiceError):
     """A feature Magnetar does not serve (transactions, non-persistent topics)."""
 

@@ -51,6 +51,7 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
             await topic.ensure_subscription(cmd.initial_subscription_name)
         given = cmd.producer_name if cmd.HasField("producer_name") else ""
         name = given or conn.service.generate_producer_name()
+        await topic.backlog_quota.check_producer(name)  # over a hold / exception quota: refused at once
         user_provided = cmd.user_provided_producer_name if cmd.HasField("user_provided_producer_name") else bool(given)
         producer = Producer(topic, conn, pid, name, access_mode=cmd.producer_access_mode, epoch=cmd.epoch,
                             user_provided_name=user_provided and bool(given),

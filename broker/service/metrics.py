@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .backlog_quota import QuotaType
 from .latency import WRITE_LATENCY_SUFFIXES
 
 if TYPE_CHECKING:
@@ -22,6 +23,17 @@ if TYPE_CHECKING:
 _TOPIC_LABELS = ["cluster", "namespace", "topic"]
 _SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
 _REPL_LABELS = ["cluster", "namespace", "topic", "remote_cluster"]
+_QUOTA_LABELS = ["cluster", "namespace", "topic", "quota_type"]
+# Pulsar's backlog quota series: (metric, help, key of the topic stats)
+_BACKLOG_QUOTA_SERIES = (
+    ("pulsar_storage_backlog_size", "Estimated bytes of the largest subscription backlog", "backlogSize"),
+    ("pulsar_storage_backlog_quota_limit", "Size limit of the backlog quota (bytes; -1: none)",
+     "backlogQuotaLimitSize"),
+    ("pulsar_storage_backlog_quota_limit_time", "Age limit of the backlog quota (seconds; -1: none)",
+     "backlogQuotaLimitTime"),
+    ("pulsar_storage_backlog_age_seconds", "Age of the oldest unacknowledged message of the slowest subscription",
+     "oldestBacklogMessageAgeSeconds"),
+)
 # Pulsar's replication series: (metric, help, key of the topic stats' replication section)
 _REPLICATION_SERIES = (
     ("pulsar_replication_rate_in", "Messages/s received from the remote cluster", "msgRateIn"),
@@ -84,6 +96,9 @@ class ServiceCollector(Collector):
                                          "Entries stored with a publish latency in this range (ms), since the "
                                          "topic loaded", labels=_TOPIC_LABELS)
                for suffix in (*WRITE_LATENCY_SUFFIXES, "count", "sum")}
+        q = {metric: GaugeMetricFamily(metric, text, labels=_TOPIC_LABELS) for metric, text, _ in _BACKLOG_QUOTA_SERIES}
+        evictions = CounterMetricFamily("pulsar_storage_backlog_quota_exceeded_evictions",
+                                        "Times a backlog over its quota was evicted", labels=_QUOTA_LABELS)
         for name, topic in svc.topics().items():
             try:
                 st = topic.stats()
@@ -108,6 +123,10 @@ class ServiceCollector(Collector):
             lat["count"].add_metric(labels, wl.count)
             lat["sum"].add_metric(labels, wl.sum_ms)
             in_bytes.add_metric(labels, st["bytesInCounter"])
+            for metric, _, key in _BACKLOG_QUOTA_SERIES:
+                q[metric].add_metric(labels, st[key])
+            for quota_type in QuotaType:
+                evictions.add_metric(labels + [quota_type.label], topic.backlog_quota.evictions[quota_type])
             for remote, x in st["replication"].items():
                 rl = labels + [remote]
                 for metric, _, key in _REPLICATION_SERIES:
@@ -126,6 +145,8 @@ class ServiceCollector(Collector):
         yield from s.values()
         yield from r.values()
         yield from lat.values()
+        yield from q.values()
+        yield evictions
         yield svc.publish_latency.family()
         yield from self._connections()
 

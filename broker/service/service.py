@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 from magnetar.protocol import pb
 from magnetar.topic_name import TopicName
 
+from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, UnsupportedError,
                      map_error, parse_topic)
@@ -69,6 +70,11 @@ class BrokerService:
         self._periodic: Optional[asyncio.Task] = None
         self._stopping = asyncio.Event()
         self._collector: Optional[ServiceCollector] = None
+        self.backlog_quota_defaults = QuotaDefaults(limit_size_bytes=config.backlog_quota_default_limit_bytes,
+                                                    limit_time_s=config.backlog_quota_default_limit_s,
+                                                    policy=config.backlog_quota_default_policy)
+        self.backlog_quota_monitor = BacklogQuotaMonitor(lambda: list(self.topics().values()),
+                                                         interval_s=config.backlog_quota_check_interval_s)
         self._started = False
         self._closed = False
 
@@ -85,6 +91,8 @@ class BrokerService:
             self._topic_policies.add_listener(self._on_topic_policies)
         self.port = await self._server.start()
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
+        if self.config.backlog_quota_check_enabled:
+            await self.backlog_quota_monitor.start()
         if self.registry is not None:
             self._collector = ServiceCollector(self)
             self.registry.register(self._collector)
@@ -106,6 +114,7 @@ class BrokerService:
             except TimeoutError:
                 self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
+        await self.backlog_quota_monitor.close()
         results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
         for r in results:
             if isinstance(r, Exception):
@@ -227,9 +236,11 @@ class BrokerService:
                 raise TopicNotFoundError(f"namespace {topic_name.namespace} does not exist")
         if not create and not await self.ml_factory.exists(topic_name.path):
             return None
-        topic_clusters = await self._topic_replication_clusters(topic_name)
+        own_policies = await self._own_topic_policies(topic_name)
+        topic_clusters = own_policies.replication_clusters if own_policies is not None else None
         ml = await self.ml_factory.open(topic_name.path)
         topic = Topic(self, topic_name, ml)
+        topic.topic_backlog_quotas = own_policies.backlog_quota_map if own_policies is not None else None
         try:
             await topic.initialize(policies, topic_clusters)
         except BaseException:
@@ -342,8 +353,8 @@ class BrokerService:
 
     # --------------------------------------------------------------------------------- policies, periodic work
 
-    async def _topic_replication_clusters(self, topic_name: TopicName) -> Optional[list[str]]:
-        """The topic-level replication clusters (a partition follows its partitioned topic), if set."""
+    async def _own_topic_policies(self, topic_name: TopicName):
+        """The topic-level policies (a partition follows its partitioned topic), if any are set."""
         if self._topic_policies is None:
             return None
         base = topic_name.base if topic_name.is_partition else topic_name
@@ -352,7 +363,7 @@ class BrokerService:
                                                       base.local_name)
         except Exception as exc:
             raise MetadataError(f"reading the topic policies of {base} failed: {exc}") from exc
-        return policies.replication_clusters if policies is not None else None
+        return policies
 
     def _on_topic_policies(self, tenant: str, namespace: str, domain: str, topic: str, policies) -> None:
         clusters = policies.replication_clusters if policies is not None else None
@@ -362,6 +373,7 @@ class BrokerService:
             if (base.tenant, base.namespace_portion, str(base.domain), base.local_name) == (tenant, namespace, domain,
                                                                                       topic) \
                     and loaded.state is TopicState.ACTIVE:
+                loaded.topic_backlog_quotas = policies.backlog_quota_map if policies is not None else None
                 loaded.spawn(loaded.set_topic_replication_clusters(clusters), f"topic policies {loaded.name}")
 
     def _on_policies(self, tenant: str, namespace: str, policies) -> None:
@@ -386,6 +398,10 @@ class BrokerService:
                     await topic.check_message_ttl()
                 except Exception:
                     log.exception("[%s] periodic work failed", topic.name)
+
+    async def check_backlog_quotas(self) -> None:
+        """Runs one backlog quota check over every loaded topic now (tests, admin)."""
+        await self.backlog_quota_monitor.check_all()
 
     def update_stats(self) -> None:
         """Closes the current rate window of every topic now (tests, admin)."""

@@ -33,6 +33,7 @@ from magnetar.protocol.frames import parse_entry
 from magnetar.topic_name import TopicName
 
 from . import dedup as dedup_mod
+from .backlog_quota import TopicBacklogQuota
 from .consumer import Consumer
 from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
                      ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError)
@@ -97,6 +98,8 @@ class Topic:
         self.replication_clusters: list[str] = []
         self.topic_replication_clusters: Optional[list[str]] = None  # topic-level override, when set
         self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
+        self.topic_backlog_quotas: Optional[dict] = None  # topic-level backlog quotas by type, when set
+        self.backlog_quota = TopicBacklogQuota(self, service.backlog_quota_defaults)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, {self.state.value})"
@@ -704,6 +707,7 @@ class Topic:
             "replication": self.replication_stats(),
             "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            **self.backlog_quota.stats(),
         }
 
     def internal_stats(self) -> dict:
