@@ -26,6 +26,7 @@ from aiohttp import web
 
 from broker.managed_ledger.api import Position
 from broker.service.errors import ConsumerBusyError
+from broker.service.nonpersistent_topic import NonPersistentTopic
 from magnetar.topic_name import TopicName, decode_local_name
 
 from .body import ABSENT, expect_int, expect_object, path_int, query_bool, read_json, topic_of
@@ -102,7 +103,9 @@ def _initial_position(message_id: tuple[int, int]) -> str | Position:
 
 async def _clear_backlog(served: Any, subscription: str) -> None:
     """Pulsar's skip-all: acknowledges everything published so far (mark-delete at the last entry);
-    consumers stay connected, unlike a reset."""
+    consumers stay connected, unlike a reset. A non-persistent topic keeps nothing: nothing to clear."""
+    if isinstance(served, NonPersistentTopic):
+        return
     await served.subscriptions[subscription].mark_delete_up_to(served.ml.last_confirmed_position)
 
 

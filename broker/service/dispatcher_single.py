@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Optional
 from broker.managed_ledger.api import Position
 from magnetar.protocol import pb
 
+from .active_consumer import choose_active
 from .dispatcher import Dispatcher, Next
 
 if TYPE_CHECKING:
@@ -57,13 +58,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         self.wake()
 
     def _pick_active(self, *, notify_all: bool, new: Optional["Consumer"] = None) -> None:
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        index = 0
-        if self.partition_index >= 0:
-            top = ordered[0].priority_level
-            highest = sum(1 for c in ordered if c.priority_level == top)
-            index = self.partition_index % highest
-        chosen = ordered[index]
+        chosen = choose_active(self.consumers, self.partition_index)
         changed = chosen is not self.active
         old = self.active
         self.active = chosen

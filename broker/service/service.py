@@ -20,11 +20,11 @@ from magnetar.topic_name import TopicName
 
 from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
-from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, UnsupportedError,
-                     map_error, parse_topic)
+from .errors import BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic
 from .latency import BrokerLatency
 from .metrics import ServiceCollector
 from .server import ProtocolServer
+from .nonpersistent_topic import NonPersistentTopic
 from .topic import Topic, TopicState
 
 if TYPE_CHECKING:
@@ -183,13 +183,11 @@ class BrokerService:
 
         Raises:
             InvalidTopicNameError, ServiceNotReadyError (not owned here, or closing), TopicNotFoundError
-            (namespace missing), UnsupportedError (non-persistent), MetadataError, PersistenceError.
+            (namespace missing), MetadataError, PersistenceError.
         """
         if self._closed:
             raise ServiceNotReadyError("the broker is shutting down")
         topic_name = parse_topic(name)
-        if not topic_name.persistent:
-            raise UnsupportedError(f"non-persistent topics are not supported: {topic_name}")
         key = str(topic_name)
         while True:
             topic = self._topics.get(key)
@@ -234,6 +232,14 @@ class BrokerService:
                 raise MetadataError(f"reading the policies of namespace {topic_name.namespace} failed: {exc}") from exc
             if policies is None and self.config.require_namespace:
                 raise TopicNotFoundError(f"namespace {topic_name.namespace} does not exist")
+        if not topic_name.persistent:  # nothing stored: it exists only while loaded (nonpersistent_topic.py)
+            if not create:
+                return None
+            if self._closed:
+                raise ServiceNotReadyError("the broker is shutting down")
+            self._topics[key] = NonPersistentTopic(self, topic_name, policies)
+            log.info("[%s] loaded (non-persistent)", key)
+            return self._topics[key]
         if not create and not await self.ml_factory.exists(topic_name.path):
             return None
         own_policies = await self._own_topic_policies(topic_name)
@@ -324,29 +330,34 @@ class BrokerService:
         return versioned.value
 
     async def topics_of_namespace(self, tenant: str, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
-        """Persistent topics of ``tenant/namespace`` (stored, loaded, and partitions of partitioned topics)."""
-        if mode == Mode.NON_PERSISTENT:
-            return []
-        prefix = f"{tenant}/{namespace}/persistent"
+        """Topics of ``tenant/namespace`` in the domains ``mode`` names (PERSISTENT, NON_PERSISTENT or ALL):
+        persistent ones stored, those loaded here, and the partitions of partitioned topics. Non-persistent
+        topics store nothing, so only those loaded on this broker (and partitioned ones' partitions) are known."""
+        domains = {Mode.PERSISTENT: ("persistent",), Mode.NON_PERSISTENT: ("non-persistent",)}.get(
+            mode, ("persistent", "non-persistent"))
         names: set[str] = set()
-        for ml_name in await self.ml_factory.list(prefix):
-            path = ml_name if ml_name.count("/") == 3 else f"{prefix}/{ml_name}"
-            try:
-                names.add(str(TopicName.from_path(path)))
-            except Exception:
-                log.debug("ignoring managed ledger %r: not a topic path", ml_name)
+        if "persistent" in domains:
+            prefix = f"{tenant}/{namespace}/persistent"
+            for ml_name in await self.ml_factory.list(prefix):
+                path = ml_name if ml_name.count("/") == 3 else f"{prefix}/{ml_name}"
+                try:
+                    names.add(str(TopicName.from_path(path)))
+                except Exception:
+                    log.debug("ignoring managed ledger %r: not a topic path", ml_name)
         for key, topic in self._topics.items():
-            if topic.topic_name.tenant == tenant and topic.topic_name.namespace_portion == namespace:
+            name = topic.topic_name
+            if name.tenant == tenant and name.namespace_portion == namespace and str(name.domain) in domains:
                 names.add(key)
         if self.configuration_store is not None:
             from config_store.errors import MetadataError as StoreError
 
             try:
-                for local in await self.configuration_store.list_partitioned_topics(tenant, namespace, "persistent"):
-                    base = TopicName.parse(f"persistent://{tenant}/{namespace}/{local}")
-                    count = (await self.configuration_store.get_partitioned_topic(
-                        tenant, namespace, "persistent", local)).value
-                    names.update(base.partition_name(i) for i in range(count))
+                for domain in domains:
+                    for local in await self.configuration_store.list_partitioned_topics(tenant, namespace, domain):
+                        base = TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
+                        count = (await self.configuration_store.get_partitioned_topic(
+                            tenant, namespace, domain, local)).value
+                        names.update(base.partition_name(i) for i in range(count))
             except StoreError as exc:
                 log.warning("listing partitioned topics of %s/%s failed: %s", tenant, namespace, exc)
         return sorted(names)

@@ -204,9 +204,11 @@ def test_errors_carry_codes(broker, raw, client):
     conn.send(pb.CommandProducer(topic="persistent://nope/missing/t", producer_id=1, request_id=11))
     e = conn.recv_type(BaseCommand.ERROR).command.error
     assert e.request_id == 11 and e.error == pb.TopicNotFound and "nope/missing" in e.message
-    conn.send(pb.CommandProducer(topic="non-persistent://public/default/t", producer_id=2, request_id=12))
-    e = conn.recv_type(BaseCommand.ERROR).command.error
-    assert e.request_id == 12 and e.error == pb.NotAllowedError
+    conn.send(pb.CommandProducer(topic="non-persistent://nope/missing/t", producer_id=2, request_id=12))
+    e = conn.recv_type(BaseCommand.ERROR).command.error  # non-persistent topics too need their namespace
+    assert e.request_id == 12 and e.error == pb.TopicNotFound
+    conn.send(pb.CommandProducer(topic="non-persistent://public/default/t", producer_id=3, request_id=16))
+    assert conn.recv_type(BaseCommand.PRODUCER_SUCCESS).command.producer_success.request_id == 16
     conn.send(pb.CommandSeek(consumer_id=99, request_id=13, message_publish_time=0))
     e = conn.recv_type(BaseCommand.ERROR).command.error
     assert e.error == pb.ConsumerNotFound
