@@ -5,6 +5,7 @@
   ZooKeeper through kazoo, :class:`MemoryMetadataStore` in memory for unit tests (with fault injection).
 * :class:`ConfigurationStore` — clusters, tenants, namespace policies, partitioned topics, topic policies
   (``/admin/...``); :class:`PoliciesCache` and :class:`TopicPoliciesCache` follow policies by watches.
+* :class:`SchemaStore` — topic schemas, one node per version (``/admin/schemas/...``).
 * :class:`RegionStore` — bookie registrations and ledger metadata; :class:`BookieCache` follows the bookies.
 * ``models`` — the stored values and their strict, versioned JSON codec.
 
@@ -18,6 +19,7 @@ from .memory import MemoryMetadataStore, MemoryTree
 from .models import (BacklogQuota, BookieRegistration, ClusterData, LedgerMetadata, LedgerState,
                      PartitionedTopicMetadata, Policies, TenantInfo, TopicPolicies, Versioned)
 from .region import BookieCache, RegionStore
+from .schemas import SchemaStore, StoredSchema
 from .store import EphemeralRegistration, KazooMetadataStore, MetadataStore, SessionEvent, StoreState, WatchHandle
 
 __all__ = [
@@ -27,5 +29,5 @@ __all__ = [
     "MetadataUnavailableError", "InvalidMetadataError", "StoreClosedError",
     "ConfigurationStore", "PoliciesCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
     "ClusterData", "TenantInfo", "Policies", "TopicPolicies", "PartitionedTopicMetadata", "BookieRegistration",
-    "LedgerMetadata", "LedgerState", "BacklogQuota",
+    "LedgerMetadata", "LedgerState", "BacklogQuota", "SchemaStore", "StoredSchema",
 ]

@@ -8,6 +8,7 @@ Layout (Pulsar's, in the global ZooKeeper)::
     /admin/policies/<tenant>/<namespace>                       Policies
     /admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>   {"version": 1, "partitions": N}
     /admin/topic-policies/<tenant>/<ns>/<domain>/<topic>       TopicPolicies (a topic's overrides)
+    /admin/schemas/<tenant>/<ns>/<topic>/<version>             StoredSchema (config_store/schemas.py)
 
 Guarantees: a create never replaces an existing entity (NodeExistsError); every update is a read-modify-write
 by compare-and-set, retried on a lost race up to ``update_attempts_max`` times and then failed with
@@ -41,6 +42,7 @@ TENANTS = "/admin/tenants"
 POLICIES = "/admin/policies"
 PARTITIONED_TOPICS = "/admin/partitioned-topics"
 TOPIC_POLICIES = "/admin/topic-policies"
+SCHEMAS = "/admin/schemas"  # topic schemas: config_store/schemas.py
 DOMAINS = ("persistent", "non-persistent")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")  # Pulsar's NamedEntity charset: [-=:.\w]
@@ -170,6 +172,7 @@ class ConfigurationStore:
             raise NotEmptyError(f"tenant '{name}' got a new namespace while being deleted") from e
         await self.store.delete(f"{PARTITIONED_TOPICS}/{name}", recursive=True)  # only empty folders remain
         await self.store.delete(f"{TOPIC_POLICIES}/{name}", recursive=True)  # likewise
+        await self.store.delete(f"{SCHEMAS}/{name}", recursive=True)  # likewise
         await self._delete(path, f"tenant '{name}'", expected_version)
 
     # ------------------------------------------------------------------------------------------ namespaces
@@ -212,6 +215,7 @@ class ConfigurationStore:
             await self._delete_if_empty(f"{topics_root}/{domain}")
         await self._delete_if_empty(topics_root)
         await self.store.delete(f"{TOPIC_POLICIES}/{tenant}/{namespace}", recursive=True)
+        await self.store.delete(f"{SCHEMAS}/{tenant}/{namespace}", recursive=True)  # the topics' schemas go too
 
     async def _delete_if_empty(self, path: str) -> None:
         try:

@@ -156,6 +156,9 @@ BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
 """Pulsar's ``BacklogQuotaType`` names: the size of a backlog, and the age of its oldest message."""
 BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 """Pulsar's ``BacklogQuota.RetentionPolicy`` names: what a broker does to a topic over its quota."""
+SCHEMA_COMPATIBILITY_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD",
+                                   "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
+"""Pulsar's ``SchemaCompatibilityStrategy`` names (UNDEFINED: the broker's default, FULL)."""
 
 
 @dataclass(frozen=True)
@@ -220,9 +223,15 @@ class Policies:
     bundles: dict | None = None
     auth_roles: dict[str, list[str]] = field(default_factory=dict)
     backlog_quota_map: dict[str, BacklogQuota] = field(default_factory=dict)
+    schema_compatibility_strategy: str = "UNDEFINED"
+    is_allow_auto_update_schema: bool | None = None
+    schema_validation_enforced: bool = False
 
     def to_json(self) -> bytes:
         return _dumps("Policies", {
+            "schema_compatibility_strategy": self.schema_compatibility_strategy,
+            "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
+            "schema_validation_enforced": self.schema_validation_enforced,
             "backlog_quota_map": _quota_map_json(self.backlog_quota_map),
             "replication_clusters": list(self.replication_clusters),
             "deduplicationEnabled": self.deduplication_enabled,
@@ -253,7 +262,17 @@ class Policies:
             bundles=_field(k, o, "bundles", dict, None, nullable=True),
             auth_roles=auth_roles,
             backlog_quota_map=_quota_map(k, o, "backlog_quota_map") or {},
+            schema_compatibility_strategy=_schema_strategy(k, o),
+            is_allow_auto_update_schema=_field(k, o, "is_allow_auto_update_schema", bool, None, nullable=True),
+            schema_validation_enforced=_field(k, o, "schema_validation_enforced", bool, False),
         )
+
+
+def _schema_strategy(kind: str, obj: dict[str, Any]) -> str:
+    value = _field(kind, obj, "schema_compatibility_strategy", str, "UNDEFINED", nullable=True) or "UNDEFINED"
+    if value not in SCHEMA_COMPATIBILITY_STRATEGIES:
+        raise InvalidMetadataError(f"{kind}: unknown schema_compatibility_strategy {value!r}")
+    return value
 
 
 @dataclass

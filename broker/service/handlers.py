@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from magnetar.protocol import pb, wrap
 
-from . import handlers_consumer, handlers_producer
+from . import handlers_consumer, handlers_producer, schemas
 from .connection import ConnectionState, request_id_of
 from .errors import BrokerServiceError, InvalidTopicNameError, NotAllowedError, map_error, parse_topic
 
@@ -117,17 +117,7 @@ async def handle_get_topics_of_namespace(conn: "Connection", frame: "Frame") -> 
 
 
 # ------------------------------------------------------------------------------------------ schemas
-
-
-async def handle_get_schema(conn: "Connection", frame: "Frame") -> None:
-    cmd = frame.command.getSchema
-    conn.send_command(pb.CommandGetSchemaResponse(request_id=cmd.request_id, error_code=ServerError.TopicNotFound,
-                                                  error_message="no schema is stored for this topic"))
-
-
-async def handle_get_or_create_schema(conn: "Connection", frame: "Frame") -> None:
-    cmd = frame.command.getOrCreateSchema
-    conn.send_command(pb.CommandGetOrCreateSchemaResponse(request_id=cmd.request_id, schema_version=bytes(8)))
+# GET_SCHEMA and GET_OR_CREATE_SCHEMA are served by schemas.py (the schema registry's protocol side).
 
 
 # ------------------------------------------------------------------------------------------ refusals
@@ -196,8 +186,8 @@ HANDLERS: dict[int, Callable] = {
     BaseCommand.PARTITIONED_METADATA: handle_partitioned_metadata,
     BaseCommand.LOOKUP: handle_lookup,
     BaseCommand.GET_TOPICS_OF_NAMESPACE: handle_get_topics_of_namespace,
-    BaseCommand.GET_SCHEMA: handle_get_schema,
-    BaseCommand.GET_OR_CREATE_SCHEMA: handle_get_or_create_schema,
+    BaseCommand.GET_SCHEMA: schemas.handle_get_schema,
+    BaseCommand.GET_OR_CREATE_SCHEMA: schemas.handle_get_or_create_schema,
     BaseCommand.PRODUCER: handlers_producer.handle_producer,
     BaseCommand.SEND: handlers_producer.handle_send,
     BaseCommand.CLOSE_PRODUCER: handlers_producer.handle_close_producer,

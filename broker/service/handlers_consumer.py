@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from magnetar.protocol import pb
 
 from .errors import ConsumerNotFoundError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, parse_topic
+from .schemas import check_subscribe_schema
 from .subscription import signed
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ async def handle_subscribe(conn: "Connection", frame: "Frame") -> None:
         if topic is None:
             raise TopicNotFoundError(f"topic {topic_name} does not exist")
         name = cmd.consumer_name if cmd.HasField("consumer_name") and cmd.consumer_name else uuid.uuid4().hex[:10]
+        await check_subscribe_schema(conn, topic, cmd)  # refused if incompatible with the topic's schema
         consumer = await topic.subscribe(conn, cmd, name)
         if conn.closed:
             consumer.subscription.remove_consumer(consumer)

@@ -16,6 +16,7 @@ from magnetar.protocol import pb
 
 from .errors import ChecksumMismatchError, MessageTooLargeError, NotAllowedError, ServiceNotReadyError, parse_topic
 from .producer import Producer
+from .schemas import producer_schema_version
 
 if TYPE_CHECKING:
     from magnetar.protocol import Frame
@@ -52,11 +53,13 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
         given = cmd.producer_name if cmd.HasField("producer_name") else ""
         name = given or conn.service.generate_producer_name()
         await topic.backlog_quota.check_producer(name)  # over a hold / exception quota: refused at once
+        schema_version = await producer_schema_version(conn, topic, cmd, name)  # refused if incompatible
         user_provided = cmd.user_provided_producer_name if cmd.HasField("user_provided_producer_name") else bool(given)
         producer = Producer(topic, conn, pid, name, access_mode=cmd.producer_access_mode, epoch=cmd.epoch,
                             user_provided_name=user_provided and bool(given),
                             metadata={kv.key: kv.value for kv in cmd.metadata},
                             topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
+        producer.schema_version = schema_version
         wait = await topic.add_producer(producer)
         if wait is not None:
             log.info("[%s] producer %s queued for exclusive access", topic.name, name)
@@ -86,8 +89,7 @@ def _send_success(conn: "Connection", cmd: pb.CommandProducer, producer: Produce
                                         producer_ready=True)
     if producer.exclusive and producer.topic_epoch is not None:
         success.topic_epoch = producer.topic_epoch
-    if cmd.HasField("schema"):
-        success.schema_version = bytes(8)
+    success.schema_version = producer.schema_version  # empty: no schema (Pulsar's SchemaVersion.Empty)
     conn.send_command(success)
 
 
