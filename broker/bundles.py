@@ -15,11 +15,15 @@ from typing import Any
 
 from magnetar.topic_name import TopicName
 
-__all__ = ["BUNDLES_MAX", "FULL_UPPER_BOUND", "NamespaceBundle", "NamespaceBundles", "bundles_data",
-           "default_boundaries", "parse_bundles_data", "rendezvous", "topic_hash"]
+__all__ = ["BUNDLES_MAX", "FULL_UPPER_BOUND", "SPLIT_ALGORITHMS", "NamespaceBundle", "NamespaceBundles",
+           "bundles_data", "default_boundaries", "parse_bundle_range", "parse_bundles_data", "rendezvous",
+           "split_boundaries", "split_point_range_equally", "split_point_topic_count", "topic_hash"]
 
 FULL_UPPER_BOUND = 0xFFFFFFFF
 BUNDLES_MAX = 1024
+RANGE_EQUALLY_DIVIDE = "range_equally_divide"
+TOPIC_COUNT_EQUALLY_DIVIDE = "topic_count_equally_divide"
+SPLIT_ALGORITHMS = (RANGE_EQUALLY_DIVIDE, TOPIC_COUNT_EQUALLY_DIVIDE)  # Pulsar's names
 
 
 def topic_hash(topic: str) -> int:
@@ -127,3 +131,53 @@ def rendezvous(bundle: NamespaceBundle, broker_id: str) -> int:
     """A stable per-(bundle, broker) number: among equally loaded brokers the lowest one wins, so ties
     spread bundles evenly and every broker breaks them the same way."""
     return zlib.crc32(f"{bundle}|{broker_id}".encode())
+
+
+# ---------------------------------------------------------------------------------------------- splitting
+
+
+def parse_bundle_range(name: str) -> tuple[int, int]:
+    """``(lower, upper)`` of a bundle name like ``0x00000000_0x40000000``; ValueError if malformed."""
+    parts = name.split("_")
+    if len(parts) != 2 or not all(p.lower().startswith("0x") and len(p) == 10 for p in parts):
+        raise ValueError(f"a bundle is named like 0x00000000_0x40000000, not {name!r}")
+    try:
+        lower, upper = (int(p, 16) for p in parts)
+    except ValueError:
+        raise ValueError(f"a bundle is named like 0x00000000_0x40000000, not {name!r}") from None
+    if lower >= upper:
+        raise ValueError(f"bundle {name!r}: the lower bound must be below the upper one")
+    return lower, upper
+
+
+def split_point_range_equally(bundle: NamespaceBundle) -> int | None:
+    """Pulsar's ``range_equally_divide``: the middle of the range; None when the range cannot be cut."""
+    point = bundle.lower + (bundle.upper - bundle.lower) // 2
+    return point if bundle.lower < point < bundle.upper else None
+
+
+def split_point_topic_count(bundle: NamespaceBundle, topic_hashes: list[int]) -> int | None:
+    """Pulsar's ``topic_count_equally_divide``: halfway between the two middle topic hashes, so each half
+    gets half the topics. None with fewer than two topics or when the cut would leave an empty range (all
+    topics hash alike)."""
+    hashes = sorted(h for h in topic_hashes if bundle.contains(h))
+    if len(hashes) <= 1:
+        return None
+    start, end = hashes[max(len(hashes) // 2 - 1, 0)], hashes[len(hashes) // 2]
+    point = start + (end - start) // 2
+    return point if bundle.lower < point < bundle.upper else None
+
+
+def split_boundaries(boundaries: list[int], bundle: NamespaceBundle, point: int) -> list[int]:
+    """``boundaries`` with ``bundle`` cut at ``point`` into ``[lower, point)`` and ``[point, upper)``.
+
+    Raises:
+        ValueError: ``bundle`` is not one of the ranges of ``boundaries`` (e.g. split meanwhile) or
+            ``point`` is not strictly inside it.
+    """
+    index = bisect.bisect_left(boundaries, bundle.lower)
+    if index + 1 >= len(boundaries) or boundaries[index] != bundle.lower or boundaries[index + 1] != bundle.upper:
+        raise ValueError(f"bundle {bundle.name} is not a bundle of the namespace any more")
+    if not bundle.lower < point < bundle.upper:
+        raise ValueError(f"split point 0x{point:08x} is not inside bundle {bundle.name}")
+    return boundaries[:index + 1] + [point] + boundaries[index + 1:]

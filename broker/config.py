@@ -75,6 +75,31 @@ class BrokerConfig:
         backlog_quota_default_limit_s: age quota of such topics (-1: none; ``backlogQuotaDefaultLimitSecond``).
         backlog_quota_default_policy: ``producer_request_hold``, ``producer_exception`` or
             ``consumer_backlog_eviction`` (``backlogQuotaDefaultRetentionPolicy``).
+        load_balancer_namespace_maximum_bundles: a namespace is never split past this many bundles (Pulsar
+            ``loadBalancerNamespaceMaximumBundles``, 128; admin splits too).
+        load_balancer_auto_bundle_split_enabled: each broker splits the bundles it owns that are over one of
+            the ``load_balancer_namespace_bundle_max_*`` thresholds (``loadBalancerAutoBundleSplitEnabled``).
+        load_balancer_auto_unload_split_bundles_enabled: unload both halves of an automatic split, so
+            lookups place them by load (``loadBalancerAutoUnloadSplitBundlesEnabled``).
+        load_balancer_bundle_split_interval_ms: how often the automatic split looks at the owned bundles.
+        load_balancer_namespace_bundle_max_topics, load_balancer_namespace_bundle_max_sessions (producers +
+            consumers), load_balancer_namespace_bundle_max_msg_rate (msg/s in + out),
+            load_balancer_namespace_bundle_max_bandwidth_mbytes (MB/s in + out): a bundle over any of them
+            is split (Pulsar ``loadBalancerNamespaceBundleMax*``; 0 turns one off).
+        load_balancer_shedding_enabled: the leader broker unloads bundles of brokers loaded above the
+            average (Pulsar ``loadBalancerSheddingEnabled``, ThresholdShedder).
+        load_balancer_shedding_interval_ms: how often (``loadBalancerSheddingIntervalMinutes``, 1 min).
+        load_balancer_shedding_grace_period_ms: a shed bundle is not shed again within this long
+            (``loadBalancerSheddingGracePeriodMinutes``, 30 min).
+        load_balancer_broker_threshold_shedder_percentage: how far (percentage points) above the average
+            score a broker may be (``loadBalancerBrokerThresholdShedderPercentage``, 10).
+        load_balancer_history_resource_percentage: weight of the past in a broker's smoothed score
+            (``loadBalancerHistoryResourcePercentage``, 0.9).
+        load_balancer_bundle_unload_min_throughput_threshold_mbytes: a broker that would shed less than this
+            (MB/s) sheds nothing (``loadBalancerBundleUnloadMinThroughputThreshold``, 10).
+        load_balancer_msg_rate_in_resource_weight, load_balancer_msg_rate_out_resource_weight,
+        load_balancer_bandwidth_in_resource_weight, load_balancer_bandwidth_out_resource_weight: how much
+            each resource counts in a broker's score (placement and shedding; see broker/load_balance.py).
     """
 
     data_dir: pathlib.Path
@@ -116,6 +141,24 @@ class BrokerConfig:
     backlog_quota_default_limit_bytes: int = -1
     backlog_quota_default_limit_s: int = -1
     backlog_quota_default_policy: str = "producer_request_hold"
+    load_balancer_namespace_maximum_bundles: int = 128
+    load_balancer_auto_bundle_split_enabled: bool = True
+    load_balancer_auto_unload_split_bundles_enabled: bool = True
+    load_balancer_bundle_split_interval_ms: int = 60_000
+    load_balancer_namespace_bundle_max_topics: int = 1000
+    load_balancer_namespace_bundle_max_sessions: int = 1000
+    load_balancer_namespace_bundle_max_msg_rate: int = 30_000
+    load_balancer_namespace_bundle_max_bandwidth_mbytes: int = 100
+    load_balancer_shedding_enabled: bool = True
+    load_balancer_shedding_interval_ms: int = 60_000
+    load_balancer_shedding_grace_period_ms: int = 30 * 60_000
+    load_balancer_broker_threshold_shedder_percentage: int = 10
+    load_balancer_history_resource_percentage: float = 0.9
+    load_balancer_bundle_unload_min_throughput_threshold_mbytes: float = 10.0
+    load_balancer_msg_rate_in_resource_weight: float = 1.0
+    load_balancer_msg_rate_out_resource_weight: float = 1.0
+    load_balancer_bandwidth_in_resource_weight: float = 1.0
+    load_balancer_bandwidth_out_resource_weight: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
@@ -205,7 +248,8 @@ class BrokerConfig:
             "max_partitions_per_topic", "load_report_interval_ms", "http_request_body_max_bytes",
             "replication_read_batch_max", "replication_pending_max", "replication_backoff_max_ms",
             "replicated_subscriptions_snapshot_interval_ms", "replicated_subscriptions_snapshot_timeout_ms",
-            "backlog_quota_check_interval_ms",
+            "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
+            "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -228,6 +272,7 @@ class BrokerConfig:
         if self.backlog_quota_default_policy not in _BACKLOG_QUOTA_POLICIES:
             raise ConfigError(f"backlog_quota_default_policy must be one of {', '.join(_BACKLOG_QUOTA_POLICIES)}, "
                               f"not {self.backlog_quota_default_policy!r}")
+        self._validate_load_balancer()
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
         e, qw, qa = (self.managed_ledger_ensemble_size, self.managed_ledger_write_quorum,
@@ -239,6 +284,25 @@ class BrokerConfig:
             raise ConfigError(f"default_namespace_bundles must be at most 1024, not {self.default_namespace_bundles}")
         if self.max_partitions_per_topic > 1 << 20:
             raise ConfigError(f"max_partitions_per_topic must be at most {1 << 20}")
+
+    def _validate_load_balancer(self) -> None:
+        if self.load_balancer_namespace_maximum_bundles > 1024:
+            raise ConfigError(f"load_balancer_namespace_maximum_bundles must be at most 1024, "
+                              f"not {self.load_balancer_namespace_maximum_bundles}")
+        non_negative = (
+            "load_balancer_namespace_bundle_max_topics", "load_balancer_namespace_bundle_max_sessions",
+            "load_balancer_namespace_bundle_max_msg_rate", "load_balancer_namespace_bundle_max_bandwidth_mbytes",
+            "load_balancer_shedding_grace_period_ms", "load_balancer_broker_threshold_shedder_percentage",
+            "load_balancer_bundle_unload_min_throughput_threshold_mbytes",
+            "load_balancer_msg_rate_in_resource_weight", "load_balancer_msg_rate_out_resource_weight",
+            "load_balancer_bandwidth_in_resource_weight", "load_balancer_bandwidth_out_resource_weight",
+        )
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        if not 0 <= self.load_balancer_history_resource_percentage < 1:
+            raise ConfigError(f"load_balancer_history_resource_percentage must be in [0, 1), "
+                              f"not {self.load_balancer_history_resource_percentage}")
 
 
 def _check_type(name: str, annotation: Any, value: Any, source: str) -> Any:

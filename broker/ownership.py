@@ -16,11 +16,21 @@ lookup for a topic:
 
 * bundle owned (by anyone) -> Connect to the owner (authoritative), as Pulsar answers;
 * owner record ``disabled`` (its owner is unloading it) -> :class:`ServiceUnitNotReadyError` (retriable);
-* unowned -> choose the least-loaded live broker from the ``/brokers/*`` load reports (ties broken by a
-  per-bundle hash, so equal brokers split bundles evenly); if that is this broker, or the request is
-  *authoritative* (a redirected client: the broker that redirected it chose us), create the ephemeral
-  node: winning the create is acquiring, losing it means someone else did, so read again; otherwise
-  answer Redirect (authoritative) to the chosen broker, which acquires when the client asks it.
+* unowned -> choose the least-loaded live broker from the ``/brokers/*`` load reports
+  (:func:`broker.load_balance.choose_broker`: lowest score over message rates and throughput, then
+  fewest bundles, ties broken by a per-bundle hash, so equal brokers split bundles evenly); if that is
+  this broker, or the request is *authoritative* (a redirected client: the broker that redirected it
+  chose us), create the ephemeral node: winning the create is acquiring, losing it means someone else
+  did, so read again; otherwise answer Redirect (authoritative) to the chosen broker, which acquires when
+  the client asks it. A broker that wins the create then re-reads the namespace's boundaries from the
+  configuration store (not its cache): if the bundle was split meanwhile, it lets go and answers "not
+  ready", so a broker with stale boundaries never owns a range that overlaps the halves.
+
+Splitting a bundle (:meth:`BundleOwnership.split`, driven by :mod:`broker.bundle_split`), as Pulsar's
+``splitAndOwnBundle``: the owner acquires both halves (nobody looks them up yet: they are not in the
+boundaries), commits the new boundaries by compare-and-set, switches its own bundle cache to them, then
+deletes the old bundle's node. Its topics stay loaded: they now belong to halves it owns. With ``unload``
+the halves are then unloaded like any bundle, so the next lookups place them by load.
 
 Losing ownership. When the ZooKeeper session is LOST every ephemeral node of this broker is gone, so the
 owned map is cleared at once (``is_owned_by_me`` turns False before any other coroutine runs) and the
@@ -49,11 +59,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from config_store import (BadVersionError, ConfigurationStore, EphemeralRegistration, InvalidMetadataError,
                           MetadataError, MetadataStore, NotFoundError, Policies, SessionEvent)
-from config_store.brokers import BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner
+from config_store.brokers import BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner, BundleStats
 from magnetar.topic_name import TopicName
 
 from . import metrics_names as names
-from .bundles import NamespaceBundle, NamespaceBundles, bundles_data, default_boundaries, parse_bundles_data, rendezvous
+from .bundles import NamespaceBundle, NamespaceBundles, bundles_data, default_boundaries, parse_bundles_data
+from .load_balance import ResourceWeights, choose_broker
 from .ownership_api import LookupResult, Ownership
 from .ownership_errors import NamespaceNotFoundError, OwnershipError, ServiceUnitNotReadyError
 
@@ -73,10 +84,12 @@ class _Owned:
     version: int  # of our ownership node, for compare-and-set
     acquired_at_s: float
     releasing: bool = False
+    splitting: bool = False
 
 
 Unloader = Callable[[NamespaceBundle], Awaitable[Any]]
 LoadSource = Callable[[], BrokerLoad]
+SplitCommit = Callable[[], Awaitable[list[int]]]
 
 
 class BundleOwnership(Ownership):
@@ -93,6 +106,7 @@ class BundleOwnership(Ownership):
         cluster: the region this broker serves.
         default_bundles: bundles of a namespace whose policies name none.
         load_report_interval_ms: how often the load report is refreshed when it changed.
+        weights: how much each resource counts when placing a bundle by load.
         registry: where the ownership metrics go (a fresh one if None).
     """
 
@@ -101,6 +115,7 @@ class BundleOwnership(Ownership):
 
     def __init__(self, *, local_store: MetadataStore, configuration: ConfigurationStore, broker_id: str,
                  cluster: str, default_bundles: int = 4, load_report_interval_ms: int = 5000,
+                 weights: ResourceWeights = ResourceWeights(),
                  registry: Optional[CollectorRegistry] = None) -> None:
         default_boundaries(default_bundles)  # validates
         self.broker_id = broker_id
@@ -108,6 +123,7 @@ class BundleOwnership(Ownership):
         self.instance = uuid.uuid4().hex
         self.default_bundles = default_bundles
         self.load_report_interval_s = load_report_interval_ms / 1000
+        self.weights = weights
         self.pulsar_url = ""
         self.pulsar_url_tls = ""
         self.http_url = ""
@@ -305,6 +321,13 @@ class BundleOwnership(Ownership):
         self._m_lookups.labels("redirect" if result.redirect else "connect").inc()
         return result
 
+    async def lookup_bundle(self, bundle: NamespaceBundle, *, authoritative: bool = False) -> LookupResult:
+        """Like :meth:`lookup`, for a bundle rather than a topic (admin calls on a bundle at its owner)."""
+        if self._state in (_State.NEW, _State.CLOSED):
+            raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
+                " any more" if self._state is _State.CLOSED else " yet"))
+        return await self._lookup(bundle, authoritative)
+
     async def _lookup(self, bundle: NamespaceBundle, authoritative: bool) -> LookupResult:
         for _ in range(self._ATTEMPTS_MAX):
             owned = self._owned.get(bundle)
@@ -365,22 +388,21 @@ class BundleOwnership(Ownership):
             brokers = await self._registry.list_brokers()
         except MetadataError as e:
             raise ServiceUnitNotReadyError(f"cannot list the live brokers: {e}") from None
-        candidates: list[tuple[tuple[int, int], int, str]] = []
+        loads: dict[str, BrokerLoad] = {}
         for broker_id, reg in brokers.items():
             if reg.cluster and reg.cluster != self.cluster:
                 continue
             if broker_id == self.broker_id:
                 continue
-            candidates.append(((reg.load.num_bundles, reg.load.num_topics), rendezvous(bundle, broker_id), broker_id))
+            loads[broker_id] = reg.load
         if not exclude_self and self._state is _State.STARTED:
-            mine = self._measure()
-            candidates.append(((mine.num_bundles, mine.num_topics), rendezvous(bundle, self.broker_id), self.broker_id))
-        if not candidates:
+            loads[self.broker_id] = self._measure()
+        if not loads:
             raise ServiceUnitNotReadyError(f"no live broker can serve bundle {bundle}; retry")
-        _, _, chosen = min(candidates)
+        chosen = choose_broker(loads, bundle, weights=self.weights)
         return None if chosen == self.broker_id else brokers[chosen]
 
-    async def _acquire(self, bundle: NamespaceBundle) -> bool:
+    async def _acquire(self, bundle: NamespaceBundle, *, verify: bool = True) -> bool:
         async with self._lock(bundle):
             if bundle in self._owned:
                 return not self._owned[bundle].releasing
@@ -395,6 +417,8 @@ class BundleOwnership(Ownership):
                 raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot acquire: {e}") from None
             if not won:
                 return False
+            if verify:
+                await self._verify_or_let_go(bundle)
             self._owned[bundle] = _Owned(bundle, version=0, acquired_at_s=time.monotonic())
         self._m_acquired.inc()
         log.info("acquired bundle %s", bundle)
@@ -403,6 +427,35 @@ class BundleOwnership(Ownership):
             return False
         await self.publish_load()
         return True
+
+    async def _still_a_bundle(self, bundle: NamespaceBundle) -> bool:
+        """Whether ``bundle`` is one of its namespace's bundles in the configuration store right now (read
+        past the cache: a split elsewhere may not have reached our watch yet)."""
+        try:
+            policies = (await self._configuration.get_namespace_policies(bundle.tenant, bundle.namespace)).value
+            bounds = (parse_bundles_data(policies.bundles) if policies.bundles is not None
+                      else default_boundaries(self.default_bundles))
+        except NotFoundError:
+            return False
+        except (MetadataError, ValueError) as e:
+            raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot check the namespace's bundles: {e}") from None
+        return NamespaceBundles(bundle.tenant, bundle.namespace, bounds).get(bundle.name) is not None
+
+    async def _verify_or_let_go(self, bundle: NamespaceBundle) -> None:
+        """After winning ``bundle``'s node: keeps it only if the bundle still exists (see the module
+        docstring); otherwise deletes the node again and raises ServiceUnitNotReadyError."""
+        try:
+            if await self._still_a_bundle(bundle):
+                return
+            reason = f"bundle {bundle} was split; look up again"
+        except ServiceUnitNotReadyError as e:
+            reason = str(e)
+        self._bundles.pop((bundle.tenant, bundle.namespace), None)
+        try:
+            await self._registry.release(bundle.tenant, bundle.namespace, bundle.name, expected_version=0)
+        except MetadataError as e:
+            log.warning("bundle %s: could not delete the node just created: %s (it goes with our session)", bundle, e)
+        raise ServiceUnitNotReadyError(reason)
 
     async def _drop_stale(self, bundle: NamespaceBundle, version: int, owner: BundleOwner) -> None:
         """Deletes an ownership node left by an earlier incarnation of this broker (same id, another
@@ -422,9 +475,70 @@ class BundleOwnership(Ownership):
         up again) and the ownership is released. False if this broker did not own it."""
         return await self._unload(bundle, reason="unload")
 
+    async def split(self, bundle: NamespaceBundle, point: int, *, commit: SplitCommit,
+                    unload: bool) -> tuple[NamespaceBundle, NamespaceBundle]:
+        """Splits ``bundle`` (owned here) at hash ``point`` (see the module docstring).
+
+        ``await commit()`` writes the new boundaries to the namespace's policies (compare-and-set) and
+        returns them; if it raises, the halves are let go and ``bundle`` stays as it was (unless the
+        boundaries did change, which is checked).
+
+        Raises:
+            ServiceUnitNotReadyError: ``bundle`` is not served here, is moving, or a half is owned.
+        """
+        owned = self._owned.get(bundle)
+        if owned is None or owned.releasing or owned.splitting or self._state is not _State.STARTED:
+            raise ServiceUnitNotReadyError(f"bundle {bundle} is not served by this broker right now; retry")
+        halves = (NamespaceBundle(bundle.tenant, bundle.namespace, bundle.lower, point),
+                  NamespaceBundle(bundle.tenant, bundle.namespace, point, bundle.upper))
+        owned.splitting = True
+        adopted: list[NamespaceBundle] = []
+        try:
+            for half in halves:
+                if not await self._acquire(half, verify=False):
+                    raise ServiceUnitNotReadyError(f"bundle {half} is owned elsewhere; cannot split {bundle}")
+                adopted.append(half)
+            boundaries = await commit()
+        except BaseException:
+            landed = False
+            if adopted:
+                try:
+                    landed = not await self._still_a_bundle(bundle)
+                except ServiceUnitNotReadyError:
+                    pass
+            if not landed:
+                owned.splitting = False
+                for half in adopted:  # no topic maps to a half yet: this only deletes its node
+                    await self._unload(half, reason="split_failed")
+                raise
+            boundaries = None
+            log.warning("bundle %s: the split's answer was lost but the new boundaries are stored", bundle)
+        key = (bundle.tenant, bundle.namespace)
+        if boundaries is not None:
+            self._bundles[key] = NamespaceBundles(bundle.tenant, bundle.namespace, boundaries)
+        else:
+            self._bundles.pop(key, None)
+        owned.releasing = True
+        try:
+            await self._release_node(owned)
+        finally:
+            if self._owned.get(bundle) is owned:
+                del self._owned[bundle]
+            self._locks.pop(bundle, None)
+        self._m_released.labels("split").inc()
+        log.info("split bundle %s into %s and %s%s", bundle, halves[0].name, halves[1].name,
+                 "; unloading both" if unload else "")
+        if unload:
+            if boundaries is None:
+                await self.namespace_bundles(*key)
+            await asyncio.gather(*(self._unload(half, reason="split") for half in halves))
+        else:
+            await self.publish_load()
+        return halves
+
     async def _unload(self, bundle: NamespaceBundle, *, reason: str) -> bool:
         owned = self._owned.get(bundle)
-        if owned is None or owned.releasing:
+        if owned is None or owned.releasing or owned.splitting:
             return False
         owned.releasing = True
         b = bundle
@@ -497,6 +611,10 @@ class BundleOwnership(Ownership):
 
     # ------------------------------------------------------------------------------------------ load
 
+    def current_load(self) -> BrokerLoad:
+        """This broker's load report as it would be published now."""
+        return self._measure()
+
     def _measure(self) -> BrokerLoad:
         load = BrokerLoad()
         if self._load_source is not None:
@@ -504,7 +622,11 @@ class BundleOwnership(Ownership):
                 load = self._load_source()
             except Exception:
                 log.exception("load measurement failed")
-        return dataclasses.replace(load, num_bundles=sum(1 for o in self._owned.values() if not o.releasing))
+        owned = {str(b) for b, o in self._owned.items() if not o.releasing}
+        stats = {s.bundle: s for s in load.bundle_stats if s.bundle in owned}
+        stats.update({key: BundleStats(bundle=key) for key in owned - stats.keys()})
+        return dataclasses.replace(load, num_bundles=len(owned),
+                                   bundle_stats=tuple(sorted(stats.values(), key=lambda s: s.bundle)))
 
     def _registration_of(self, load: BrokerLoad) -> BrokerRegistration:
         return BrokerRegistration(
@@ -516,6 +638,11 @@ class BundleOwnership(Ownership):
         """Writes the load report to ``/brokers/<id>`` if it changed (or ``force``)."""
         if self._registration is None or self._state is not _State.STARTED:
             return
+        for key in {(b.tenant, b.namespace) for b in self._owned} - self._bundles.keys():
+            try:  # topics are counted per bundle only where the boundaries are cached
+                await self.namespace_bundles(*key)
+            except OwnershipError:
+                pass
         load = self._measure()
         if load == self._published and not force:
             return

@@ -38,11 +38,14 @@ from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, M
 from config_store.brokers import BrokerLoad
 from magnetar.errors import MagnetarError
 from observability.runtime import RuntimeMetrics, tune_runtime
-from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT
+from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
 
 from .admin import AdminContext, make_app
-from .bundles import NamespaceBundle, bundles_data, default_boundaries
+from .bundles import NamespaceBundle, bundles_data, default_boundaries, topic_hash
 from .config import BrokerConfig
+from .load_balance import ResourceWeights, SplitThresholds
+from .load_manager import LoadManager, LoadManagerSettings
+from .load_report import measure_load
 from .lookup_http import routes as lookup_routes
 from .ownership import BundleOwnership
 
@@ -74,6 +77,7 @@ class BrokerProcess:
         self.ledger_client: Any = None
         self.ml_factory: Any = None
         self.ownership: Optional[BundleOwnership] = None
+        self.load_manager: Optional[LoadManager] = None
         self.service: Any = None
         self._runner: Optional[web.AppRunner] = None
         self._http_socket: Optional[socket.socket] = None
@@ -105,7 +109,7 @@ class BrokerProcess:
         self.ownership = BundleOwnership(
             local_store=self.local_store, configuration=self.configuration, broker_id=self.broker_id,
             cluster=config.cluster, default_bundles=config.default_namespace_bundles,
-            load_report_interval_ms=config.load_report_interval_ms, registry=self.registry)
+            load_report_interval_ms=config.load_report_interval_ms, weights=_weights(config), registry=self.registry)
         await self._start_service()
         self.ownership.set_unloader(self._unload_bundle_topics)
         self.ownership.set_load_source(self._measure_load)
@@ -115,6 +119,9 @@ class BrokerProcess:
                             pulsar_url=config.cluster_broker_service_url or self.pulsar_url,
                             default_bundles=config.default_namespace_bundles)
         await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url)
+        self.load_manager = LoadManager(ownership=self.ownership, configuration=self.configuration,
+                                        local_store=self.local_store, settings=_load_manager_settings(config))
+        await self.load_manager.start()
         await self._start_http()
         self._write_endpoints()
         self.runtime_metrics = RuntimeMetrics(self.registry)
@@ -211,7 +218,7 @@ class BrokerProcess:
             brokers=self.ownership.registry, ownership=self.ownership, service=self.service,
             ml_factory=self.ml_factory, default_bundles=self.config.default_namespace_bundles,
             max_partitions_per_topic=self.config.max_partitions_per_topic, metrics_registry=self.registry,
-            health=self.health)
+            health=self.health, load_manager=self.load_manager)
         app = make_app(ctx, extra_routes=[lookup_routes],
                        client_max_size_bytes=self.config.http_request_body_max_bytes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -230,6 +237,8 @@ class BrokerProcess:
         grace_s = self.config.shutdown_grace_ms / 1000
         try:
             async with asyncio.timeout(grace_s):
+                if self.load_manager is not None:
+                    await self.load_manager.close()
                 if self.ownership is not None:
                     await self.ownership.close()
                 if self.service is not None:
@@ -270,8 +279,11 @@ class BrokerProcess:
         return True, "ok"
 
     async def _unload_bundle_topics(self, bundle: NamespaceBundle) -> None:
-        """Closes every topic of ``bundle`` this broker serves (their clients reconnect elsewhere)."""
-        doomed = [name for name in list(self.service.topics()) if self.ownership.cached_bundle_of(name) == bundle]
+        """Closes every topic of ``bundle`` this broker serves (their clients reconnect elsewhere).
+
+        Chosen by namespace and hash range, not through the bundle cache: a policies change (a split) may
+        have emptied the cache, and the range is what the bundle is."""
+        doomed = [name for name in list(self.service.topics()) if _in_bundle(name, bundle)]
         if not doomed:
             return
         limit = asyncio.Semaphore(_UNLOAD_CONCURRENCY)
@@ -287,15 +299,11 @@ class BrokerProcess:
         log.info("bundle %s: unloaded %d topic(s)", bundle, len(doomed))
 
     def _measure_load(self) -> BrokerLoad:
-        topics = self.service.topics() if self.service is not None else {}
-        producers = consumers = 0
-        for topic in topics.values():
-            producers += len(getattr(topic, "producers", ()) or ())
-            for sub in (getattr(topic, "subscriptions", None) or {}).values():
-                consumers += len(getattr(sub, "consumers", ()) or ())
-        connections = len(self.service.connections) if self.service is not None else 0
-        return BrokerLoad(num_topics=len(topics), num_producers=producers, num_consumers=consumers,
-                          connections=connections)
+        """Counts and rates of the topics served here, per bundle (see :mod:`broker.load_report`)."""
+        if self.service is None:
+            return BrokerLoad()
+        return measure_load(self.service.topics(), self.ownership.cached_bundle_of,
+                            connections=len(self.service.connections))
 
     def _write_endpoints(self) -> None:
         data = {"broker_id": self.broker_id, "cluster": self.config.cluster, "pulsar": self.pulsar_url,
@@ -304,6 +312,41 @@ class BrokerProcess:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)
+
+
+def _in_bundle(topic: str, bundle: NamespaceBundle) -> bool:
+    try:
+        name = TopicName.parse(topic)
+    except MagnetarError:
+        return False
+    return ((name.tenant, name.namespace_portion) == (bundle.tenant, bundle.namespace)
+            and bundle.contains(topic_hash(str(name))))
+
+
+def _weights(c: BrokerConfig) -> ResourceWeights:
+    return ResourceWeights(msg_rate_in=c.load_balancer_msg_rate_in_resource_weight,
+                           msg_rate_out=c.load_balancer_msg_rate_out_resource_weight,
+                           bandwidth_in=c.load_balancer_bandwidth_in_resource_weight,
+                           bandwidth_out=c.load_balancer_bandwidth_out_resource_weight)
+
+
+def _load_manager_settings(c: BrokerConfig) -> LoadManagerSettings:
+    return LoadManagerSettings(
+        auto_split_enabled=c.load_balancer_auto_bundle_split_enabled,
+        auto_unload_split_bundles=c.load_balancer_auto_unload_split_bundles_enabled,
+        split_interval_s=c.load_balancer_bundle_split_interval_ms / 1000,
+        thresholds=SplitThresholds(max_topics=c.load_balancer_namespace_bundle_max_topics,
+                                   max_sessions=c.load_balancer_namespace_bundle_max_sessions,
+                                   max_msg_rate=c.load_balancer_namespace_bundle_max_msg_rate,
+                                   max_bandwidth_mbytes=c.load_balancer_namespace_bundle_max_bandwidth_mbytes),
+        max_bundles=c.load_balancer_namespace_maximum_bundles,
+        shedding_enabled=c.load_balancer_shedding_enabled,
+        shedding_interval_s=c.load_balancer_shedding_interval_ms / 1000,
+        shedding_grace_period_s=c.load_balancer_shedding_grace_period_ms / 1000,
+        shedding_threshold=c.load_balancer_broker_threshold_shedder_percentage / 100,
+        history_fraction=c.load_balancer_history_resource_percentage,
+        min_unload_throughput_bytes_s=c.load_balancer_bundle_unload_min_throughput_threshold_mbytes * 1024 * 1024,
+        weights=_weights(c))
 
 
 async def bootstrap(configuration: ConfigurationStore, *, cluster: str, http_url: str, pulsar_url: str,

@@ -44,24 +44,90 @@ def bundle_path(tenant: str, namespace: str, bundle: str) -> str:
 
 
 @dataclass(frozen=True)
+class BundleStats:
+    """The load of one namespace bundle on its owner (Pulsar's ``NamespaceBundleStats``).
+
+    Attributes:
+        bundle: ``tenant/ns/0x00000000_0x40000000``.
+        topics: topics of the bundle loaded on the owner.
+        producer_count, consumer_count: connected producers and consumers (sessions, together).
+        msg_rate_in, msg_rate_out: messages/s published and dispatched.
+        msg_throughput_in, msg_throughput_out: bytes/s published and dispatched.
+    """
+
+    bundle: str
+    topics: int = 0
+    producer_count: int = 0
+    consumer_count: int = 0
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_in: float = 0.0
+    msg_throughput_out: float = 0.0
+
+    _INTS = {"topics": "topics", "producer_count": "producerCount", "consumer_count": "consumerCount"}
+    _FLOATS = {"msg_rate_in": "msgRateIn", "msg_rate_out": "msgRateOut", "msg_throughput_in": "msgThroughputIn",
+               "msg_throughput_out": "msgThroughputOut"}
+
+    @property
+    def sessions(self) -> int:
+        return self.producer_count + self.consumer_count
+
+    @property
+    def msg_rate(self) -> float:
+        return self.msg_rate_in + self.msg_rate_out
+
+    @property
+    def msg_throughput(self) -> float:
+        return self.msg_throughput_in + self.msg_throughput_out
+
+    def to_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {j: getattr(self, n) for n, j in self._INTS.items()}
+        out.update({j: round(getattr(self, n), 3) for n, j in self._FLOATS.items()})
+        return out
+
+    @classmethod
+    def from_dict(cls, kind: str, bundle: str, obj: dict) -> "BundleStats":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: lastStats of {bundle} must be an object")
+        return cls(bundle=bundle, **{n: _field(kind, obj, j, int, 0) for n, j in cls._INTS.items()},
+                   **{n: float(_field(kind, obj, j, (int, float), 0.0)) for n, j in cls._FLOATS.items()})
+
+
+@dataclass(frozen=True)
 class BrokerLoad:
-    """What a broker reports about its load (a subset of Pulsar's ``LocalBrokerData``)."""
+    """What a broker reports about its load (a subset of Pulsar's ``LocalBrokerData``: counts, message
+    rates in/out (messages/s), throughput in/out (bytes/s), and per-bundle stats as ``lastStats``)."""
 
     num_topics: int = 0
     num_bundles: int = 0
     num_producers: int = 0
     num_consumers: int = 0
     connections: int = 0
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+    msg_throughput_in: float = 0.0
+    msg_throughput_out: float = 0.0
+    bundle_stats: tuple[BundleStats, ...] = ()
 
     _JSON = {"num_topics": "numTopics", "num_bundles": "numBundles", "num_producers": "numProducers",
              "num_consumers": "numConsumers", "connections": "connections"}
+    _FLOATS = {"msg_rate_in": "msgRateIn", "msg_rate_out": "msgRateOut", "msg_throughput_in": "msgThroughputIn",
+               "msg_throughput_out": "msgThroughputOut"}
 
-    def to_dict(self) -> dict[str, int]:
-        return {json_name: getattr(self, name) for name, json_name in self._JSON.items()}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {json_name: getattr(self, name) for name, json_name in self._JSON.items()}
+        out.update({json_name: round(getattr(self, name), 3) for name, json_name in self._FLOATS.items()})
+        out["bundles"] = [s.bundle for s in self.bundle_stats]
+        out["lastStats"] = {s.bundle: s.to_dict() for s in self.bundle_stats}
+        return out
 
     @classmethod
     def from_dict(cls, kind: str, obj: dict) -> "BrokerLoad":
-        return cls(**{name: _field(kind, obj, json_name, int, 0) for name, json_name in cls._JSON.items()})
+        last = _field(kind, obj, "lastStats", dict, dict)
+        return cls(**{name: _field(kind, obj, json_name, int, 0) for name, json_name in cls._JSON.items()},
+                   **{name: float(_field(kind, obj, json_name, (int, float), 0.0))
+                      for name, json_name in cls._FLOATS.items()},
+                   bundle_stats=tuple(BundleStats.from_dict(kind, b, v) for b, v in sorted(last.items())))
 
 
 @dataclass(frozen=True)

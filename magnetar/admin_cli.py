@@ -18,6 +18,7 @@ import typer
 
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
+from magnetar.admin_schemas_cli import schemas_app
 from magnetar.admin_topics_cli import topics_app
 
 admin_app = typer.Typer(help="Administer tenants, namespaces, topics and clusters over the admin REST API.",
@@ -27,7 +28,7 @@ tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 namespaces_app = typer.Typer(help="Namespaces and their policies.", no_args_is_help=True)
 brokers_app = typer.Typer(help="Live brokers.", no_args_is_help=True)
 for _sub, _name in ((clusters_app, "clusters"), (tenants_app, "tenants"), (namespaces_app, "namespaces"),
-                    (topics_app, "topics"), (brokers_app, "brokers")):
+                    (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas")):
     admin_app.add_typer(_sub, name=_name)
 
 
@@ -290,12 +291,58 @@ def namespaces_remove_backlog_quota(
     done(f"removed the {quota_type} backlog quota of {namespace}")
 
 
+_SCHEMA_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                      "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
+
+
+@namespaces_app.command("set-schema-compatibility-strategy")
+def namespaces_set_schema_strategy(namespace: str, strategy: str, url: Optional[str] = UrlOpt,
+                                   data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Set how new schema versions are checked (UNDEFINED: the broker's default, FULL)."""
+    value = _choice(strategy.upper(), _SCHEMA_STRATEGIES, "the strategy")
+    call(url, data_dir, "PUT", f"/admin/v2/namespaces/{namespace_path(namespace)}/schemaCompatibilityStrategy", value)
+    done(f"schema compatibility strategy of {namespace} is {value}")
+
+
+@namespaces_app.command("get-schema-compatibility-strategy")
+def namespaces_get_schema_strategy(namespace: str, url: Optional[str] = UrlOpt,
+                                   data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Show a namespace's schema compatibility strategy."""
+    emit(call(url, data_dir, "GET", f"/admin/v2/namespaces/{namespace_path(namespace)}/schemaCompatibilityStrategy"),
+         as_json)
+
+
 @namespaces_app.command("unload")
 def namespaces_unload(namespace: str, url: Optional[str] = UrlOpt,
                       data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
     """Unload every bundle of a namespace (its topics move to whichever broker the next lookup picks)."""
     call(url, data_dir, "PUT", f"/admin/v2/namespaces/{namespace_path(namespace)}/unload")
     done(f"unloaded {namespace}")
+
+
+@namespaces_app.command("bundles")
+def namespaces_bundles(namespace: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+                       as_json: bool = JsonOpt) -> None:
+    """Show a namespace's bundle boundaries."""
+    emit(call(url, data_dir, "GET", f"/admin/v2/namespaces/{namespace_path(namespace)}/bundles"), as_json,
+         title=namespace)
+
+
+@namespaces_app.command("split-bundle")
+def namespaces_split_bundle(
+    namespace: str,
+    bundle: str = typer.Option(..., "--bundle", "-b", help="The bundle, e.g. 0x00000000_0x40000000."),
+    unload: bool = typer.Option(False, "--unload", "-u", help="Unload both halves after the split, so lookups "
+                                                              "may place them on other brokers."),
+    algorithm: str = typer.Option("range_equally_divide", "--split-algorithm-name", "-san",
+                                  help="range_equally_divide or topic_count_equally_divide."),
+    url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+) -> None:
+    """Split a namespace bundle in two (at its owner; up to load_balancer_namespace_maximum_bundles)."""
+    _choice(algorithm, ("range_equally_divide", "topic_count_equally_divide"), "--split-algorithm-name")
+    call(url, data_dir, "PUT", f"/admin/v2/namespaces/{namespace_path(namespace)}/{quote_segment(bundle)}/split"
+         f"?unload={'true' if unload else 'false'}&splitAlgorithmName={algorithm}")
+    done(f"split bundle {bundle} of {namespace}" + (" and unloaded both halves" if unload else ""))
 
 
 # ---------------------------------------------------------------------------------------------- brokers
@@ -314,3 +361,10 @@ def brokers_list(
             raise typer.Exit(code=2)
         cluster = clusters[0]
     emit(call(url, data_dir, "GET", f"/admin/v2/brokers/{quote_segment(cluster)}"), as_json, column="broker")
+
+
+@brokers_app.command("load-report")
+def brokers_load_report(url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+                        as_json: bool = JsonOpt) -> None:
+    """Show the load report of the broker asked (rates, throughput, per-bundle stats)."""
+    emit(call(url, data_dir, "GET", "/admin/v2/broker-stats/load-report"), as_json, title="load report")

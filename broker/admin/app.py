@@ -11,11 +11,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 
 from .. import metrics_names as names
 from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topics
+from . import load_balancing
+from . import schemas
 from .context import AdminContext
 from .errors import error_middleware, metrics_middleware
 from .keys import CONTEXT
 
-_MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info)
+_MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info, load_balancing, schemas)
 
 
 async def _metrics(request: web.Request) -> web.Response:

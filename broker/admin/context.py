@@ -42,6 +42,8 @@ class AdminContext:
         health: ``/health``'s check.
         fanout_concurrency: parallel requests when a call spans the owners of many partitions or bundles.
         lookup_wait_s: how long a lookup may wait for a bundle that is not ready (see :meth:`lookup`).
+        load_manager: bundle splits and load shedding (``broker.load_manager.LoadManager``); None: splits
+            use the defaults (at most 128 bundles a namespace).
     """
 
     cluster: str
@@ -58,6 +60,7 @@ class AdminContext:
     fanout_concurrency: int = 16
     lookup_wait_s: float = 5.0
     http: Optional[aiohttp.ClientSession] = None
+    load_manager: Any = None
 
     # -- helpers shared by the handlers ---------------------------------------------------------------------
 
