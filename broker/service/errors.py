@@ -126,6 +126,13 @@ class MetadataError(BrokerServiceError):
     retriable = True
 
 
+def topic_not_ready(name: object, state: str) -> ServiceNotReadyError:
+    """A topic closing, closed or deleted under a request: retriable. Worded "is being unloaded" as Pulsar's
+    bundle-unload answer, because pulsar-client's C++ core closes the whole connection on any other
+    ServiceNotReady message (``ClientConnectionAdaptor.h``), failing every producer and consumer on it."""
+    return ServiceNotReadyError(f"topic {name} is being unloaded ({state}); retry")
+
+
 class TooManyRequestsError(BrokerServiceError):
     server_error = ServerError.TooManyRequests
     http_status = 429

@@ -39,7 +39,8 @@ from magnetar.topic_name import TopicName
 from . import wire
 from .backlog_quota import QuotaType
 from .consumer import Consumer
-from .errors import NotAllowedError, ProducerBusyError, ProducerFencedError, ServiceNotReadyError, TopicBusyError
+from .errors import (NotAllowedError, ProducerBusyError, ProducerFencedError, ServiceNotReadyError, TopicBusyError,
+                     topic_not_ready)
 from .latency import WriteLatency
 from .nonpersistent_dispatch import Offer
 from .nonpersistent_subscription import NonPersistentSubscription
@@ -120,7 +121,7 @@ class NonPersistentTopic:
 
     def check_active(self) -> None:
         if self.state is not TopicState.ACTIVE:
-            raise ServiceNotReadyError(f"topic {self.name} is {self.state.value}")
+            raise topic_not_ready(self.name, self.state.value)
 
     # --------------------------------------------------------------------------------- policies (nothing stored)
 
@@ -217,7 +218,7 @@ class NonPersistentTopic:
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
         if self.state is not TopicState.ACTIVE:
             fut = asyncio.get_running_loop().create_future()
-            fut.set_exception(ServiceNotReadyError(f"topic {self.name} is {self.state.value}"))
+            fut.set_exception(topic_not_ready(self.name, self.state.value))
             producer.track(seq, highest, fut)
             return
         started = time.perf_counter()

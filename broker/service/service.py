@@ -20,7 +20,8 @@ from magnetar.topic_name import TopicName
 
 from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
-from .errors import BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic
+from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic,
+                     topic_not_ready)
 from .latency import BrokerLatency
 from .metrics import ServiceCollector
 from .server import ProtocolServer
@@ -198,7 +199,7 @@ class BrokerService:
                 await asyncio.shield(unloading)
                 continue
             if topic is not None:  # closing or being deleted by someone else: the client retries
-                raise ServiceNotReadyError(f"topic {key} is {topic.state.value}")
+                raise topic_not_ready(key, topic.state.value)
             loading = self._loading.get(key)
             if loading is not None:
                 topic = await asyncio.shield(loading)

@@ -36,7 +36,8 @@ from . import dedup as dedup_mod
 from .backlog_quota import TopicBacklogQuota
 from .consumer import Consumer
 from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
-                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError)
+                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError,
+                     topic_not_ready)
 from .entries import entry_info, publish_time_of
 from .latency import WriteLatency
 from .producer import AccessMode, Producer
@@ -112,7 +113,7 @@ class Topic:
 
     def check_active(self) -> None:
         if self.state is not TopicState.ACTIVE:
-            raise ServiceNotReadyError(f"topic {self.name} is {self.state.value}")
+            raise topic_not_ready(self.name, self.state.value)
 
     # --------------------------------------------------------------------------------- loading, policies
 
@@ -292,7 +293,7 @@ class Topic:
         if self.state is not TopicState.ACTIVE or self.ml.terminated:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(TopicTerminatedError(f"topic {self.name} is terminated") if self.ml.terminated
-                              else ServiceNotReadyError(f"topic {self.name} is {self.state.value}"))
+                              else topic_not_ready(self.name, self.state.value))
             producer.track(seq, highest, fut)
             return
         dedup = self.dedup
@@ -408,7 +409,7 @@ class Topic:
             await sub.add_consumer(consumer)
             if self.state is not TopicState.ACTIVE:  # unloaded meanwhile: its consumers were already told
                 sub.remove_consumer(consumer)
-                raise ServiceNotReadyError(f"topic {self.name} is {self.state.value}")
+                raise topic_not_ready(self.name, self.state.value)
             return consumer
 
     def before_first(self) -> Position:
