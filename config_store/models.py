@@ -208,6 +208,64 @@ def _quota_map(kind: str, obj: dict[str, Any], key: str) -> dict[str, BacklogQuo
     return out
 
 
+@dataclass(frozen=True)
+class PublishRate:
+    """A publish rate limit per topic (Pulsar ``PublishRate``): messages and bytes per second; a value
+    ``<= 0`` leaves that limit off, as in Pulsar (``-1`` is its default)."""
+
+    msgs_per_s: int = -1
+    bytes_per_s: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"publishThrottlingRateInMsg": self.msgs_per_s, "publishThrottlingRateInByte": self.bytes_per_s}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: Any) -> "PublishRate":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: a publish rate must be an object, got {type(obj).__name__}")
+        return cls(msgs_per_s=_field(kind, obj, "publishThrottlingRateInMsg", int, -1),
+                   bytes_per_s=_field(kind, obj, "publishThrottlingRateInByte", int, -1))
+
+
+@dataclass(frozen=True)
+class DispatchRate:
+    """A dispatch rate limit (Pulsar ``DispatchRateImpl``): at most ``msgs_per_period`` messages and
+    ``bytes_per_period`` bytes every ``period_s`` seconds (``<= 0``: that limit off). With
+    ``relative_to_publish_rate`` the limits are added to the topic's current publish rate, as in Pulsar."""
+
+    msgs_per_period: int = -1
+    bytes_per_period: int = -1
+    relative_to_publish_rate: bool = False
+    period_s: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dispatchThrottlingRateInMsg": self.msgs_per_period,
+                "dispatchThrottlingRateInByte": self.bytes_per_period,
+                "relativeToPublishRate": self.relative_to_publish_rate, "ratePeriodInSecond": self.period_s}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: Any) -> "DispatchRate":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: a dispatch rate must be an object, got {type(obj).__name__}")
+        period = _field(kind, obj, "ratePeriodInSecond", int, 1)
+        if period < 1:
+            raise InvalidMetadataError(f"{kind}: ratePeriodInSecond must be >= 1, got {period}")
+        return cls(msgs_per_period=_field(kind, obj, "dispatchThrottlingRateInMsg", int, -1),
+                   bytes_per_period=_field(kind, obj, "dispatchThrottlingRateInByte", int, -1),
+                   relative_to_publish_rate=_field(kind, obj, "relativeToPublishRate", bool, False),
+                   period_s=period)
+
+
+def _rate_map(kind: str, obj: dict[str, Any], key: str, decode) -> dict:
+    """A map of cluster name to a rate (Pulsar keeps rate limits per cluster); empty when absent."""
+    value = _field(kind, obj, key, dict, dict, nullable=True) or {}
+    return {cluster: decode(f"{kind}.{key}.{cluster}", rate) for cluster, rate in value.items()}
+
+
+def _rate_map_json(rates: dict) -> dict[str, Any]:
+    return {cluster: rate.to_dict() for cluster, rate in sorted(rates.items())}
+
+
 @dataclass
 class Policies:
     """A namespace's policies (Pulsar ``Policies``; only the fields Magnetar uses so far — add more freely).
@@ -226,9 +284,15 @@ class Policies:
     schema_compatibility_strategy: str = "UNDEFINED"
     is_allow_auto_update_schema: bool | None = None
     schema_validation_enforced: bool = False
+    publish_max_message_rate: dict[str, PublishRate] = field(default_factory=dict)  # by cluster
+    topic_dispatch_rate: dict[str, DispatchRate] = field(default_factory=dict)  # by cluster
+    subscription_dispatch_rate: dict[str, DispatchRate] = field(default_factory=dict)  # by cluster
 
     def to_json(self) -> bytes:
         return _dumps("Policies", {
+            "publishMaxMessageRate": _rate_map_json(self.publish_max_message_rate),
+            "topicDispatchRate": _rate_map_json(self.topic_dispatch_rate),
+            "subscriptionDispatchRate": _rate_map_json(self.subscription_dispatch_rate),
             "schema_compatibility_strategy": self.schema_compatibility_strategy,
             "is_allow_auto_update_schema": self.is_allow_auto_update_schema,
             "schema_validation_enforced": self.schema_validation_enforced,
@@ -265,6 +329,9 @@ class Policies:
             schema_compatibility_strategy=_schema_strategy(k, o),
             is_allow_auto_update_schema=_field(k, o, "is_allow_auto_update_schema", bool, None, nullable=True),
             schema_validation_enforced=_field(k, o, "schema_validation_enforced", bool, False),
+            publish_max_message_rate=_rate_map(k, o, "publishMaxMessageRate", PublishRate.from_dict),
+            topic_dispatch_rate=_rate_map(k, o, "topicDispatchRate", DispatchRate.from_dict),
+            subscription_dispatch_rate=_rate_map(k, o, "subscriptionDispatchRate", DispatchRate.from_dict),
         )
 
 

@@ -18,6 +18,7 @@ import typer
 
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
+from magnetar.admin_rate_limits_cli import add_rate_limit_commands
 from magnetar.admin_schemas_cli import schemas_app
 from magnetar.admin_topics_cli import topics_app
 
@@ -30,6 +31,7 @@ brokers_app = typer.Typer(help="Live brokers.", no_args_is_help=True)
 for _sub, _name in ((clusters_app, "clusters"), (tenants_app, "tenants"), (namespaces_app, "namespaces"),
                     (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas")):
     admin_app.add_typer(_sub, name=_name)
+add_rate_limit_commands(namespaces_app)
 
 
 # ---------------------------------------------------------------------------------------------- clusters

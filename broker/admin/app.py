@@ -12,12 +12,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from .. import metrics_names as names
 from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topics
 from . import load_balancing
-from . import schemas
+from . import rate_limits, schemas
 from .context import AdminContext
 from .errors import error_middleware, metrics_middleware
 from .keys import CONTEXT
 
-_MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info, load_balancing, schemas)
+_MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info, load_balancing, schemas, rate_limits)
 
 
 async def _metrics(request: web.Request) -> web.Response:

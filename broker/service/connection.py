@@ -18,7 +18,10 @@ Writes are gathered during a turn of the event loop and leave in one ``transport
 and its header stay separate buffers: a stored entry is never copied to be sent).
 Dispatchers check :meth:`write_blocked` and await :meth:`drain` so a slow consumer's socket does not
 buffer without bound. Publishing is flow-controlled by reading: while more than
-``max_pending_publish_per_connection`` SENDs await storage, the read loop stops reading.
+``max_pending_publish_per_connection`` SENDs await storage, the read loop stops reading. A topic over its
+publish rate limit pauses reading too (:meth:`Connection.pause_reading`, see ``throttle.py``): the read
+loop stops before the next frame, even one already read, and the socket stops reading until every topic
+that paused it resumes it.
 
 Keep-alive: every ``keep_alive_interval_s`` the connection PINGs a quiet peer; a peer quiet for another
 interval after that is closed.
@@ -78,6 +81,9 @@ class Connection:
         self._pending_publish = 0
         self._publish_room = asyncio.Event()
         self._publish_room.set()
+        self._read_pausers: set[object] = set()  # publish rate limits holding reads (throttle.py)
+        self._reading_allowed = asyncio.Event()
+        self._reading_allowed.set()
         self._quiet_since_ping = False
         self._received = False
         self._keepalive_task: Optional[asyncio.Task] = None
@@ -144,6 +150,32 @@ class Connection:
         if self._pending_publish < self.config.max_pending_publish_per_connection // 2 + 1:
             self._publish_room.set()
 
+    def pause_reading(self, owner: object) -> None:
+        """Stops reading frames until ``owner`` (and every other owner) calls :meth:`resume_reading`."""
+        if self.closed:
+            return
+        self._read_pausers.add(owner)
+        self._reading_allowed.clear()
+        try:
+            self._transport.pause_reading()
+        except (RuntimeError, AttributeError):  # closing, or a transport that cannot pause
+            pass
+
+    def resume_reading(self, owner: object) -> None:
+        self._read_pausers.discard(owner)
+        if self._read_pausers or self._reading_allowed.is_set():
+            return
+        self._reading_allowed.set()
+        if not self._transport.is_closing():
+            try:
+                self._transport.resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
+
+    async def _wait_reading_allowed(self) -> None:
+        await self._reading_allowed.wait()
+        self._received = True  # held back by us, not quiet: the keep-alive must not count the pause
+
     # --------------------------------------------------------------------------------- registry
 
     def forget_producer(self, producer_id: int, producer: "Producer") -> None:
@@ -170,6 +202,8 @@ class Connection:
         reader = self._reader
         try:
             while self.state is not ConnectionState.CLOSED:
+                if not self._reading_allowed.is_set():
+                    await self._wait_reading_allowed()
                 data = await reader.read(_READ_CHUNK_BYTES)
                 if not data:
                     break
@@ -182,6 +216,10 @@ class Connection:
                     log.warning("%s: malformed frame, closing the connection: %s", self.remote_address, exc)
                     break
                 for frame in frames:
+                    if not self._reading_allowed.is_set():
+                        await self._wait_reading_allowed()
+                    if self.state is ConnectionState.CLOSED:
+                        break
                     self._handle(HANDLERS, frame)
                     if self.state is ConnectionState.CLOSED:
                         break
@@ -270,6 +308,7 @@ class Connection:
         self.state = ConnectionState.CLOSED
         self._transport.close()
         self._publish_room.set()
+        self._reading_allowed.set()
 
     async def _cleanup(self) -> None:
         self.close()

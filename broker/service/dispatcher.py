@@ -27,6 +27,12 @@ requires) and then tells each consumer, once per consumer and not before its fir
 and the Go client close their connection on it, which made them reconnect and be told again every 100 ms.
 Termination itself wakes every dispatcher.
 
+Rate limits (``throttle.py``): before a round the loop asks the topic's limits how long this
+subscription must wait (its own dispatch rate, and the topic's, shared by all its subscriptions) and
+sleeps that long (an event cuts the sleep short, to re-check: a limit may have been lifted); a round reads
+no more messages than the limits allow now, and what is sent is charged to them (``message_items``,
+which every dispatcher calls to send).
+
 Filtering: entries already acknowledged (the cursor says so, or an acknowledgement is queued for it) are
 skipped; internal markers (``marker_type`` set) are acknowledged on the spot and never delivered. A
 replicated subscription first keeps the snapshots that SNAPSHOT markers carry (``on_snapshot_marker``).
@@ -135,6 +141,13 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         while not self._closed:
             self._wakeup.clear()
+            throttled_s = self._rate_limit_wait_s()
+            if throttled_s > 0:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), throttled_s)
+                except TimeoutError:
+                    pass
+                continue
             try:
                 nxt = await self._round()
                 self._errors = 0
@@ -192,6 +205,10 @@ class Dispatcher:
 
     # --------------------------------------------------------------------------------- helpers
 
+    def _rate_limit_wait_s(self) -> float:
+        limits = getattr(self.subscription.topic, "rate_limits", None)
+        return limits.dispatch_wait_s(self.subscription.name) if limits is not None else 0.0
+
     async def _read_new(self, max_entries: int) -> Optional[list[Entry]]:
         """Reads from the cursor; None when a rewind happened meanwhile (entries dropped)."""
         generation = self.generation
@@ -221,7 +238,8 @@ class Dispatcher:
         return out
 
     def message_items(self, consumer: "Consumer", batch: list[tuple[Entry, EntryInfo]]):
-        """(entry, messages, redelivery count, ack set) for ``Consumer.send_entries``."""
+        """(entry, messages, redelivery count, ack set) for ``Consumer.send_entries``; what they carry is
+        charged to the dispatch rate limits (every dispatcher sends what this returns at once)."""
         sub = self.subscription
         counts = sub.redelivery_counts
         batch_acks = sub.batch_acks
@@ -236,9 +254,17 @@ class Dispatcher:
                 ack_set = ()
                 messages = info.num_messages
             items.append((entry, messages, counts.get(pos, 0), ack_set))
+        limits = getattr(sub.topic, "rate_limits", None)
+        if limits is not None and items:
+            limits.dispatched(sub.name, sum(i[1] for i in items), sum(len(i[0].data) for i in items))
         return items
 
     def estimate_entries(self, permits: int, avg_messages_per_entry: float) -> int:
-        """Entries to read for ``permits`` messages, given the average batch size seen so far."""
+        """Entries to read for ``permits`` messages (no more than the rate limits allow now), given the
+        average batch size seen so far."""
+        limits = getattr(self.subscription.topic, "rate_limits", None)
+        allowance = limits.dispatch_allowance(self.subscription.name) if limits is not None else None
+        if allowance is not None:
+            permits = min(permits, max(allowance, 1))
         avg = max(avg_messages_per_entry, 1.0)
         return max(1, min(self.config.dispatcher_max_read_batch, int(permits / avg) or 1))

@@ -46,6 +46,7 @@ from .nonpersistent_dispatch import Offer
 from .nonpersistent_subscription import NonPersistentSubscription
 from .producer import AccessMode, Producer
 from .stats import RateMeter
+from .throttle import TopicRateLimits
 from .topic import TopicState
 
 if TYPE_CHECKING:
@@ -109,6 +110,8 @@ class NonPersistentTopic:
         self._tasks: set[asyncio.Task] = set()
         self._idle_since = time.monotonic()
         self._unload_requested = False
+        self.rate_limits = TopicRateLimits(self)  # the publish rate limit (throttle.py)
+        self.rate_limits.apply(policies, service.cluster_name)
 
     def __repr__(self) -> str:
         return f"NonPersistentTopic({self.name!r}, {self.state.value})"
@@ -127,6 +130,7 @@ class NonPersistentTopic:
 
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         self.policies = policies
+        self.rate_limits.apply(policies, self.service.cluster_name)  # publish rate only: nothing is read
 
     async def set_topic_replication_clusters(self, clusters: Optional[list[str]]) -> None:
         """Replication of non-persistent topics is not served: the setting is ignored."""
@@ -228,6 +232,7 @@ class NonPersistentTopic:
         producer.bytes_in.record(size)
         self.msg_in.record(messages)
         self.bytes_in.record(size)
+        self.rate_limits.on_published(messages, size)
         self.entries_added += 1
         if send.num_messages > 1:
             self.batch_published = True
@@ -345,6 +350,7 @@ class NonPersistentTopic:
         self.state = TopicState.DELETED
 
     async def _disconnect_all(self) -> None:
+        self.rate_limits.close()
         for producer in list(self.producers.values()):
             producer.notify_closed()
         self.producers.clear()
@@ -375,6 +381,7 @@ class NonPersistentTopic:
     def tick(self) -> None:
         self.msg_in.tick()
         self.bytes_in.tick()
+        self.rate_limits.tick()
         for p in self.producers.values():
             p.tick()
         for s in self.subscriptions.values():
@@ -406,6 +413,7 @@ class NonPersistentTopic:
             "backlogSize": 0,
             "offloadedStorageSize": 0,
             "waitingPublishers": len(self._waiting_exclusive),
+            "publishRateLimitedTimes": self.rate_limits.publish_rate_limited_times,
             "deduplicationStatus": "Disabled",
             "topicEpoch": self.topic_epoch,
             "publishers": publishers,

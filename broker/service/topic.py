@@ -45,6 +45,7 @@ from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
 from .tasks import shielded
+from .throttle import TopicRateLimits
 
 if TYPE_CHECKING:
     from config_store.models import Policies
@@ -101,6 +102,7 @@ class Topic:
         self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
         self.topic_backlog_quotas: Optional[dict] = None  # topic-level backlog quotas by type, when set
         self.backlog_quota = TopicBacklogQuota(self, service.backlog_quota_defaults)
+        self.rate_limits = TopicRateLimits(self)  # publish and dispatch rate limits (throttle.py)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, {self.state.value})"
@@ -140,6 +142,7 @@ class Topic:
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         async with self._policy_lock:
             self.policies = policies
+            self.rate_limits.apply(policies, self.service.cluster_name)
             dedup = policies.deduplication_enabled if policies is not None else None
             if dedup is None:
                 dedup = self.config.deduplication_enabled
@@ -326,6 +329,7 @@ class Topic:
         producer.bytes_in.record(size)
         self.msg_in.record(messages)
         self.bytes_in.record(size)
+        self.rate_limits.on_published(messages, size)
         if producer.is_replicator:
             meters = self.replication_in.get(producer.origin_cluster)
             if meters is None:
@@ -442,6 +446,7 @@ class Topic:
             if lock is not None and not lock.locked():
                 del self._sub_locks[sub.name]
             self._removed_msg_out += sub._removed_msg_out + sum(c.msg_out.total for c in sub.consumers)
+            self.rate_limits.forget(sub.name)
 
     def _subscription(self, name: str) -> Subscription:
         return ensure_found(self.subscriptions.get(name), name, self.name)
@@ -620,6 +625,7 @@ class Topic:
         self.state = TopicState.CLOSED
 
     async def _disconnect_all(self, *, flush: bool) -> None:
+        self.rate_limits.close()
         for producer in list(self.producers.values()):
             producer.notify_closed()
         self.producers.clear()
@@ -657,6 +663,7 @@ class Topic:
     def tick(self) -> None:
         self.msg_in.tick()
         self.bytes_in.tick()
+        self.rate_limits.tick()
         for p in self.producers.values():
             p.tick()
         for s in self.subscriptions.values():
@@ -701,6 +708,7 @@ class Topic:
             "backlogSize": max([s["backlogSize"] for s in subs.values()], default=0),
             "offloadedStorageSize": 0,
             "waitingPublishers": len(self._waiting_exclusive),
+            "publishRateLimitedTimes": self.rate_limits.publish_rate_limited_times,
             "deduplicationStatus": self.dedup.stats_status(),
             "topicEpoch": self.topic_epoch,
             "publishers": [p.stats() for p in self.producers.values()],

@@ -1,0 +1,134 @@
+"""Namespace rate limits over REST, at Pulsar's paths and with its JSON:
+
+* ``POST|GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/publishRate`` (``PublishRate``:
+  ``publishThrottlingRateInMsg``, ``publishThrottlingRateInByte``), stored in ``publishMaxMessageRate``;
+* ``.../dispatchRate`` (``DispatchRate``: ``dispatchThrottlingRateInMsg``, ``dispatchThrottlingRateInByte``,
+  ``relativeToPublishRate``, ``ratePeriodInSecond``), stored in ``topicDispatchRate``: the bound on the sum
+  over a topic's subscriptions;
+* ``.../subscriptionDispatchRate`` (the same JSON), stored in ``subscriptionDispatchRate``: the bound on
+  each subscription.
+
+As in Pulsar each rate is kept per cluster and these calls read and write this broker's cluster's entry;
+GET answers ``null`` when none is set. A field left out takes Pulsar's default (-1: no limit; period 1 s);
+a limit ``<= 0`` is no limit. A malformed body is a 400 naming the field (unknown fields included, unlike
+Pulsar, which ignores them: a misspelt limit would silently be none) and nothing is stored; an unknown
+namespace is a 404. Brokers apply changes to loaded topics at once (through the policies watch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from aiohttp import web
+
+from config_store import DispatchRate, NotFoundError, Policies, PublishRate
+from config_store.configuration import check_name
+from config_store.errors import InvalidMetadataError
+
+from .body import expect_bool, expect_int, expect_object, read_json
+from .context import AdminContext
+from .errors import bad_request, not_found
+from .keys import CONTEXT
+from .tenants import tenant_name
+
+routes = web.RouteTableDef()
+
+NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+_PUBLISH_FIELDS = ("publishThrottlingRateInMsg", "publishThrottlingRateInByte")
+_DISPATCH_FIELDS = ("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte", "relativeToPublishRate",
+                    "ratePeriodInSecond")
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def _object_with(body: Any, what: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    obj = expect_object(body, what)
+    unknown = sorted(set(obj) - set(fields))
+    if unknown:
+        raise bad_request(f"unknown field(s) in {what}: {', '.join(unknown)} (expected {', '.join(fields)})")
+    return {k: v for k, v in obj.items() if v is not None}
+
+
+def parse_publish_rate(body: Any) -> PublishRate:
+    """A PublishRate from a request body; 400 naming the field when it is malformed."""
+    obj = _object_with(body, "the publish rate", _PUBLISH_FIELDS)
+    return PublishRate(
+        msgs_per_s=expect_int(obj.get("publishThrottlingRateInMsg", -1), "publishThrottlingRateInMsg",
+                              minimum=-1, maximum=_INT32_MAX),
+        bytes_per_s=expect_int(obj.get("publishThrottlingRateInByte", -1), "publishThrottlingRateInByte",
+                               minimum=-1, maximum=_INT64_MAX))
+
+
+def parse_dispatch_rate(body: Any) -> DispatchRate:
+    """A DispatchRate from a request body; 400 naming the field when it is malformed."""
+    obj = _object_with(body, "the dispatch rate", _DISPATCH_FIELDS)
+    return DispatchRate(
+        msgs_per_period=expect_int(obj.get("dispatchThrottlingRateInMsg", -1), "dispatchThrottlingRateInMsg",
+                                   minimum=-1, maximum=_INT32_MAX),
+        bytes_per_period=expect_int(obj.get("dispatchThrottlingRateInByte", -1), "dispatchThrottlingRateInByte",
+                                    minimum=-1, maximum=_INT64_MAX),
+        relative_to_publish_rate=expect_bool(obj.get("relativeToPublishRate", False), "relativeToPublishRate"),
+        period_s=expect_int(obj.get("ratePeriodInSecond", 1), "ratePeriodInSecond", minimum=1, maximum=_INT32_MAX))
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _names(request: web.Request) -> tuple[str, str]:
+    tenant = tenant_name(request)
+    try:
+        return tenant, check_name("namespace", request.match_info["namespace"])
+    except InvalidMetadataError as e:
+        raise bad_request(str(e)) from None
+
+
+async def _update(ctx: AdminContext, tenant: str, namespace: str, fn: Callable[[Policies], Policies]) -> None:
+    try:
+        await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
+    except NotFoundError:
+        raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
+
+
+def _rate_routes(path: str, attribute: str, parse: Callable[[Any], Any]) -> None:
+    """GET / POST / DELETE of one per-cluster rate map of the namespace's policies."""
+
+    async def get_rate(request: web.Request) -> web.Response:
+        ctx = request.app[CONTEXT]
+        rate = getattr(await ctx.policies(*_names(request)), attribute).get(ctx.cluster)
+        return web.json_response(None if rate is None else rate.to_dict())
+
+    async def set_rate(request: web.Request) -> web.Response:
+        ctx = request.app[CONTEXT]
+        tenant, namespace = _names(request)
+        rate = parse(await read_json(request))
+
+        def apply(p: Policies) -> Policies:
+            setattr(p, attribute, {**getattr(p, attribute), ctx.cluster: rate})
+            return p
+
+        await _update(ctx, tenant, namespace, apply)
+        return web.Response(status=204)
+
+    async def remove_rate(request: web.Request) -> web.Response:
+        """Removes this cluster's rate (204 whether or not one was set)."""
+        ctx = request.app[CONTEXT]
+        tenant, namespace = _names(request)
+
+        def apply(p: Policies) -> Policies:
+            setattr(p, attribute, {c: r for c, r in getattr(p, attribute).items() if c != ctx.cluster})
+            return p
+
+        await _update(ctx, tenant, namespace, apply)
+        return web.Response(status=204)
+
+    routes.get(NS + path)(get_rate)
+    routes.post(NS + path)(set_rate)
+    routes.delete(NS + path)(remove_rate)
+
+
+_rate_routes("/publishRate", "publish_max_message_rate", parse_publish_rate)
+_rate_routes("/dispatchRate", "topic_dispatch_rate", parse_dispatch_rate)
+_rate_routes("/subscriptionDispatchRate", "subscription_dispatch_rate", parse_dispatch_rate)
