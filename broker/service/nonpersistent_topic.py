@@ -39,12 +39,12 @@ from magnetar.topic_name import TopicName
 from . import wire
 from .backlog_quota import QuotaType
 from .consumer import Consumer
-from .errors import (NotAllowedError, ProducerBusyError, ProducerFencedError, ServiceNotReadyError, TopicBusyError,
-                     topic_not_ready)
+from .errors import NotAllowedError, ServiceNotReadyError, TopicBusyError, topic_not_ready
 from .latency import WriteLatency
 from .nonpersistent_dispatch import Offer
 from .nonpersistent_subscription import NonPersistentSubscription
-from .producer import AccessMode, Producer
+from .producer import Producer
+from .producer_access import ProducerAccess
 from .stats import RateMeter
 from .throttle import TopicRateLimits
 from .topic import TopicState
@@ -81,7 +81,7 @@ class NoBacklogQuota:
                 "oldestBacklogMessageSubscriptionName": None}
 
 
-class NonPersistentTopic:
+class NonPersistentTopic(ProducerAccess):
     """See the module docstring. Made by ``BrokerService.get_topic`` for the non-persistent domain."""
 
     persistent = False
@@ -147,68 +147,13 @@ class NonPersistentTopic:
             ProducerBusyError, ProducerFencedError, ServiceNotReadyError, NotAllowedError.
         """
         self.check_active()
-        existing = self.producers.get(producer.name)
-        if existing is not None and existing is not producer:
-            if producer.epoch > existing.epoch or existing.connection.closed:
-                existing.notify_closed()
-                self.remove_producer(existing)
-            else:
-                raise ProducerBusyError(f"producer with name {producer.name!r} is already connected to {self.name}")
-        if producer.topic_epoch is not None and self.topic_epoch is not None and \
-                producer.topic_epoch < self.topic_epoch:
-            raise ProducerFencedError(f"topic epoch {producer.topic_epoch} of producer {producer.name!r} is older "
-                                      f"than the topic's {self.topic_epoch}: a newer exclusive producer fenced it")
-        mode = producer.access_mode
-        others = [p for p in self.producers.values() if p is not producer]
-        holder = next((p for p in others if p.exclusive), None)
-        if mode == AccessMode.Shared:
-            if holder is not None:
-                raise ProducerBusyError(f"topic {self.name} has an exclusive producer ({holder.name!r})")
-        elif mode == AccessMode.Exclusive:
-            if others:
-                raise ProducerBusyError(f"topic {self.name} already has {len(others)} connected producer(s); "
-                                        "exclusive access refused")
-            self._grant_epoch(producer)
-        elif mode == AccessMode.ExclusiveWithFencing:
-            for other in others:
-                other.notify_closed()
-                self.remove_producer(other)
-            self._grant_epoch(producer, fence=True)
-        elif mode == AccessMode.WaitForExclusive:
-            if others or self._waiting_exclusive:
-                fut = asyncio.get_running_loop().create_future()
-                self._waiting_exclusive.append((producer, fut))
-                return fut
-            self._grant_epoch(producer)
-        else:
-            raise NotAllowedError(f"unknown producer access mode {mode}")
-        self.producers[producer.name] = producer
-        return None
+        return self._admit(producer)
 
-    def _grant_epoch(self, producer: Producer, *, fence: bool = False) -> None:
-        if producer.topic_epoch is not None and not fence and (self.topic_epoch is None
-                                                              or producer.topic_epoch >= self.topic_epoch):
-            self.topic_epoch = producer.topic_epoch
-        else:
-            self.topic_epoch = (self.topic_epoch or 0) + 1
-        producer.topic_epoch = self.topic_epoch
+    def _accepting_producers(self) -> bool:
+        return self.state is TopicState.ACTIVE
 
-    def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-        for i, (p, fut) in enumerate(self._waiting_exclusive):
-            if p is producer:
-                del self._waiting_exclusive[i]
-                if not fut.done():
-                    fut.cancel()
-                break
-        while self._waiting_exclusive and not self.producers and self.state is TopicState.ACTIVE:
-            waiting, fut = self._waiting_exclusive.popleft()
-            if fut.done() or waiting.closed:
-                continue
-            self._grant_epoch(waiting)
-            self.producers[waiting.name] = waiting
-            fut.set_result(None)
+    def _waiting_granted(self, producer: Producer, fut: asyncio.Future) -> None:
+        fut.set_result(None)  # nothing to store: the epoch lives in memory only
 
     def last_sequence_id(self, producer_name: str) -> int:
         return -1  # no deduplication state: nothing is stored

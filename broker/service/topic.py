@@ -35,12 +35,13 @@ from magnetar.topic_name import TopicName
 from . import dedup as dedup_mod
 from .backlog_quota import TopicBacklogQuota
 from .consumer import Consumer
-from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerBusyError, ProducerFencedError,
+from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerFencedError,
                      ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError,
                      topic_not_ready)
 from .entries import entry_info, publish_time_of
 from .latency import WriteLatency
-from .producer import AccessMode, Producer
+from .producer import Producer
+from .producer_access import ProducerAccess
 from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
@@ -73,7 +74,7 @@ class TopicState(enum.Enum):
     DELETED = "deleted"
 
 
-class Topic:
+class Topic(ProducerAccess):
     def __init__(self, service: "BrokerService", topic_name: TopicName, ml: ManagedLedger) -> None:
         self.service = service
         self.config = service.config
@@ -181,44 +182,9 @@ class Topic:
         if producer.is_replicator:  # its sends are deduplicated by origin position, whatever the policy
             await self.dedup.track_replicated()
             self.check_active()
-        existing = self.producers.get(producer.name)
-        if existing is not None and existing is not producer:
-            if producer.epoch > existing.epoch or existing.connection.closed:
-                log.info("[%s] producer %s replaces %s (epoch %d > %d)", self.name, producer, existing,
-                         producer.epoch, existing.epoch)
-                existing.notify_closed()
-                self.remove_producer(existing)
-            else:
-                raise ProducerBusyError(f"producer with name {producer.name!r} is already connected to {self.name}")
-        if producer.topic_epoch is not None and self.topic_epoch is not None and \
-                producer.topic_epoch < self.topic_epoch:
-            raise ProducerFencedError(f"topic epoch {producer.topic_epoch} of producer {producer.name!r} is older "
-                                      f"than the topic's {self.topic_epoch}: a newer exclusive producer fenced it")
-        mode = producer.access_mode
-        others = [p for p in self.producers.values() if p is not producer]
-        holder = next((p for p in others if p.exclusive), None)
-        if mode == AccessMode.Shared:
-            if holder is not None:
-                raise ProducerBusyError(f"topic {self.name} has an exclusive producer ({holder.name!r})")
-        elif mode == AccessMode.Exclusive:
-            if others:
-                raise ProducerBusyError(f"topic {self.name} already has {len(others)} connected producer(s); "
-                                        "exclusive access refused")
-            self._grant_epoch(producer)
-        elif mode == AccessMode.ExclusiveWithFencing:
-            for other in others:
-                other.notify_closed()
-                self.remove_producer(other)
-            self._grant_epoch(producer, fence=True)
-        elif mode == AccessMode.WaitForExclusive:
-            if others or self._waiting_exclusive:
-                fut = asyncio.get_running_loop().create_future()
-                self._waiting_exclusive.append((producer, fut))
-                return fut
-            self._grant_epoch(producer)
-        else:
-            raise NotAllowedError(f"unknown producer access mode {mode}")
-        self.producers[producer.name] = producer
+        wait = self._admit(producer)
+        if wait is not None:
+            return wait
         if producer.exclusive:
             await self._store_epoch(producer)
         return None
@@ -258,33 +224,11 @@ class Topic:
             if not fut.done():
                 fut.set_result(None)
 
-    def _grant_epoch(self, producer: Producer, *, fence: bool = False) -> None:
-        if producer.topic_epoch is not None and not fence and (self.topic_epoch is None
-                                                              or producer.topic_epoch >= self.topic_epoch):
-            self.topic_epoch = producer.topic_epoch
-        else:
-            self.topic_epoch = (self.topic_epoch or 0) + 1
-        producer.topic_epoch = self.topic_epoch
+    def _accepting_producers(self) -> bool:
+        return self.state is TopicState.ACTIVE
 
-    def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-        for i, (p, fut) in enumerate(self._waiting_exclusive):
-            if p is producer:
-                del self._waiting_exclusive[i]
-                if not fut.done():
-                    fut.cancel()
-                break
-        self._grant_waiting()
-
-    def _grant_waiting(self) -> None:
-        while self._waiting_exclusive and not self.producers and self.state is TopicState.ACTIVE:
-            producer, fut = self._waiting_exclusive.popleft()
-            if fut.done() or producer.closed:
-                continue
-            self._grant_epoch(producer)
-            self.producers[producer.name] = producer
-            self.spawn(self._admit_waiting(producer, fut), f"store topic epoch {self.name}")
+    def _waiting_granted(self, producer: Producer, fut: asyncio.Future) -> None:
+        self.spawn(self._admit_waiting(producer, fut), f"store topic epoch {self.name}")
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
