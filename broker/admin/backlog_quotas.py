@@ -18,8 +18,6 @@ from typing import Any, Callable
 from aiohttp import web
 
 from config_store import BacklogQuota, NotFoundError, Policies, TopicPolicies
-from config_store.configuration import check_name
-from config_store.errors import InvalidMetadataError
 from config_store.models import BACKLOG_QUOTA_POLICIES, BACKLOG_QUOTA_TYPES
 from magnetar.topic_name import TopicName
 
@@ -28,7 +26,9 @@ from .body import expect_int, expect_object, query_bool, read_json, topic_of
 from .context import AdminContext
 from .errors import bad_request, not_found, precondition_failed
 from .keys import CONTEXT
-from .tenants import tenant_name
+from .namespace_args import namespace_names as _names
+from .namespace_args import update_namespace as _update_namespace
+
 
 routes = web.RouteTableDef()
 
@@ -83,22 +83,6 @@ def _check_retention(quota: BacklogQuota, policies: Policies) -> None:
 
 def _defaults(ctx: AdminContext) -> QuotaDefaults:
     return getattr(ctx.service, "backlog_quota_defaults", None) or QuotaDefaults()
-
-
-def _names(request: web.Request) -> tuple[str, str]:
-    tenant = tenant_name(request)
-    try:
-        return tenant, check_name("namespace", request.match_info["namespace"])
-    except InvalidMetadataError as e:
-        raise bad_request(str(e)) from None
-
-
-async def _update_namespace(ctx: AdminContext, tenant: str, namespace: str,
-                            fn: Callable[[Policies], Policies]) -> None:
-    try:
-        await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
-    except NotFoundError:
-        raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
 
 
 # ---------------------------------------------------------------------------------------------- namespaces

@@ -13,8 +13,6 @@ import time
 from aiohttp import web
 
 from config_store.brokers import BrokerRegistration
-from config_store.configuration import check_name
-from config_store.errors import InvalidMetadataError
 
 from ..bundle_split import split_bundle
 from ..bundles import RANGE_EQUALLY_DIVIDE, parse_bundle_range
@@ -22,7 +20,7 @@ from .body import query_bool
 from .context import AdminContext, redirect_location
 from .errors import bad_request, not_found
 from .keys import CONTEXT
-from .tenants import tenant_name
+from .namespace_args import namespace_names as _names
 from .topics import namespace_topics
 
 routes = web.RouteTableDef()
@@ -30,12 +28,6 @@ routes = web.RouteTableDef()
 _MAX_BUNDLES_DEFAULT = 128
 
 
-def _names(request: web.Request) -> tuple[str, str]:
-    tenant = tenant_name(request)
-    try:
-        return tenant, check_name("namespace", request.match_info["namespace"])
-    except InvalidMetadataError as e:
-        raise bad_request(str(e)) from None
 
 
 @routes.put("/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/split")

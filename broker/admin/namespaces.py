@@ -14,8 +14,6 @@ from typing import Any
 from aiohttp import web
 
 from config_store import NodeExistsError, NotEmptyError, NotFoundError, Policies
-from config_store.configuration import check_name
-from config_store.errors import InvalidMetadataError
 
 from ..bundles import bundles_data, parse_bundles_data
 from ..service.backlog_quota import retention_conflict
@@ -23,6 +21,8 @@ from .body import ABSENT, expect_bool, expect_int, expect_object, expect_str_lis
 from .context import AdminContext, redirect_location
 from .errors import RestError, bad_request, conflict, not_found, precondition_failed
 from .keys import CONTEXT
+from .namespace_args import namespace_names as _names
+from .namespace_args import update_namespace as _update
 from .replication import check_clusters, replication_clusters
 from .tenants import tenant_name
 from .topics import namespace_topics
@@ -33,28 +33,12 @@ NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 _INT32_MAX = (1 << 31) - 1
 
 
-def _names(request: web.Request) -> tuple[str, str]:
-    tenant = tenant_name(request)
-    namespace = request.match_info["namespace"]
-    try:
-        return tenant, check_name("namespace", namespace)
-    except InvalidMetadataError as e:
-        raise bad_request(str(e)) from None
-
-
 def policies_json(ctx: AdminContext, policies: Policies) -> dict[str, Any]:
     out = json.loads(policies.to_json())
     out.pop("version", None)
     if out.get("bundles") is None:
         out["bundles"] = ctx.default_bundles_data()
     return out
-
-
-async def _update(ctx: AdminContext, tenant: str, namespace: str, fn) -> None:
-    try:
-        await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
-    except NotFoundError:
-        raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
 
 
 def _retention(obj: Any) -> tuple[int, int]:

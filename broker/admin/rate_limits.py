@@ -21,15 +21,14 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from config_store import DispatchRate, NotFoundError, Policies, PublishRate
-from config_store.configuration import check_name
-from config_store.errors import InvalidMetadataError
+from config_store import DispatchRate, Policies, PublishRate
 
 from .body import expect_bool, expect_int, expect_object, read_json
-from .context import AdminContext
-from .errors import bad_request, not_found
+from .errors import bad_request
 from .keys import CONTEXT
-from .tenants import tenant_name
+from .namespace_args import namespace_names as _names
+from .namespace_args import update_namespace as _update
+
 
 routes = web.RouteTableDef()
 
@@ -75,21 +74,6 @@ def parse_dispatch_rate(body: Any) -> DispatchRate:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def _names(request: web.Request) -> tuple[str, str]:
-    tenant = tenant_name(request)
-    try:
-        return tenant, check_name("namespace", request.match_info["namespace"])
-    except InvalidMetadataError as e:
-        raise bad_request(str(e)) from None
-
-
-async def _update(ctx: AdminContext, tenant: str, namespace: str, fn: Callable[[Policies], Policies]) -> None:
-    try:
-        await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
-    except NotFoundError:
-        raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
 
 
 def _rate_routes(path: str, attribute: str, parse: Callable[[Any], Any]) -> None:

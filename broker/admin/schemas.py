@@ -27,9 +27,7 @@ from aiohttp import web
 
 from broker.schema import IncompatibleSchemaError, SchemaData, SchemaDefaults, SchemaRegistry
 from broker.schema.types import TYPE_PROTO_NUMBERS, UNSTORED_TYPES
-from config_store import NotFoundError, Policies, SchemaStore
-from config_store.configuration import check_name
-from config_store.errors import InvalidMetadataError
+from config_store import Policies, SchemaStore
 from config_store.models import SCHEMA_COMPATIBILITY_STRATEGIES
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
@@ -37,7 +35,9 @@ from .body import expect_bool, expect_object, expect_str, path_int, query_bool, 
 from .context import AdminContext
 from .errors import bad_request, not_found
 from .keys import CONTEXT
-from .tenants import tenant_name
+from .namespace_args import namespace_names as _names
+from .namespace_args import update_namespace
+
 
 routes = web.RouteTableDef()
 
@@ -51,12 +51,6 @@ _TYPE_NAMES = sorted(set(TYPE_PROTO_NUMBERS) | UNSTORED_TYPES)
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _names(request: web.Request) -> tuple[str, str]:
-    tenant = tenant_name(request)
-    try:
-        return tenant, check_name("namespace", request.match_info["namespace"])
-    except InvalidMetadataError as e:
-        raise bad_request(str(e)) from None
 
 
 def _topic(request: web.Request) -> TopicName:
@@ -176,10 +170,7 @@ async def _update(ctx: AdminContext, tenant: str, namespace: str, fn: Callable[[
         fn(p)
         return p
 
-    try:
-        await ctx.configuration.update_namespace_policies(tenant, namespace, apply)
-    except NotFoundError:
-        raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
+    await update_namespace(ctx, tenant, namespace, apply)
 
 
 @routes.get(NS + "/schemaCompatibilityStrategy")
