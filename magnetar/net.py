@@ -2,15 +2,52 @@
 
 from __future__ import annotations
 
+import random
 import socket
+import threading
 import time
+
+# Ports are picked below the kernel's ephemeral range: a port the OS hands out for "port 0" comes from that
+# range, which is also where every outgoing connection takes its source port, so between picking a port and
+# the server binding it a client socket could take it ("cannot bind": seen in test runs). Below the range only
+# listeners bind. Ports handed out by this process are not handed out again.
+_LOWEST_PORT = 10_000
+_given: set[int] = set()
+_given_lock = threading.Lock()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port that was free on ``host`` a moment ago, outside the ephemeral range when it can be."""
+    high = _ephemeral_low()
+    with _given_lock:
+        if high - _LOWEST_PORT > 1_000:
+            for _ in range(200):
+                port = random.randrange(_LOWEST_PORT, high)
+                if port not in _given and _bindable(host, port):
+                    _given.add(port)
+                    return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # fall back to the OS's choice
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        _given.add(port)
+        return port
 
 
 def is_listening(host: str, port: int, *, timeout_s: float = 0.5) -> bool:
