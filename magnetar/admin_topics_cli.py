@@ -200,6 +200,23 @@ def topics_terminate(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional
     emit(call(url, data_dir, "POST", f"/admin/v2/{name.rest_path}/terminate"), as_json, title=f"last message of {name}")
 
 
+@topics_app.command("compact")
+def topics_compact(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+    """Start a compaction of a topic (the latest message per key); see compaction-status."""
+    name = parse_topic(topic)
+    call(url, data_dir, "PUT", f"/admin/v2/{name.rest_path}/compaction")
+    done(f"compaction of {name} started")
+
+
+@topics_app.command("compaction-status")
+def topics_compaction_status(topic: str, url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+                             as_json: bool = JsonOpt) -> None:
+    """The status of a topic's last compaction (NOT_RUN, RUNNING, SUCCESS or ERROR)."""
+    name = parse_topic(topic)
+    emit(call(url, data_dir, "GET", f"/admin/v2/{name.rest_path}/compaction"), as_json,
+         title=f"compaction of {name}")
+
+
 @topics_app.command("terminate-partitioned")
 def topics_terminate_partitioned(topic: str, url: Optional[str] = UrlOpt,
                                  data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from config_store import NodeExistsError, NotFoundError, TopicPolicies
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from . import subscriptions
+from . import compaction, subscriptions
 from .body import expect_int, query_bool, read_json, topic_of
 from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
@@ -409,5 +409,5 @@ async def _set_topic_policies(ctx: AdminContext, topic: TopicName,
 
 # Subscription calls live in their own module; they are served from this table, so the application's list of
 # route modules need not change.
-for _route in subscriptions.routes:
+for _route in (*subscriptions.routes, *compaction.routes):
     routes.route(_route.method, _route.path, **_route.kwargs)(_route.handler)

@@ -252,6 +252,11 @@ class ManagedLedgerImpl(ManagedLedger):
             raise ManagedLedgerMetadataError(f"[{self.name}] could not update the ledger list: {e}") from e
 
     @property
+    def ledger_client(self) -> LedgerClient:
+        """The ledger client this managed ledger writes with (topic compaction writes its ledgers with it)."""
+        return self._client
+
+    @property
     def properties(self) -> dict[str, str]:
         """The stored properties (as of the last successful write or the open)."""
         return dict(self._properties)

@@ -20,6 +20,7 @@ from broker.managed_ledger.api import Position
 from magnetar.protocol import pb
 
 from .active_consumer import choose_active
+from .compacted_view import CompactedReadState, read_compacted
 from .dispatcher import Dispatcher, Next
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         self.sub_type = sub_type
         self.partition_index = partition_index
         self.active: Optional["Consumer"] = None
+        self._compacted = CompactedReadState()  # a read_compacted consumer's progress (compacted_view.py)
 
     def active_consumer_name(self) -> Optional[str]:
         return self.active.name if self.active else None
@@ -87,6 +89,14 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
     # --------------------------------------------------------------------------------- the round
 
+    async def _read_compacted(self, consumer: "Consumer", n: int):
+        """Entries of the compacted view up to its horizon; [] past it (then the cursor reads on)."""
+        topic = self.subscription.topic
+        compaction = getattr(topic, "compaction", None)
+        if compaction is None:
+            return []
+        return await read_compacted(compaction.view, topic.ml, self.cursor, self._compacted, self.generation, n)
+
     async def _round(self) -> Next:
         consumer = self.active
         if consumer is None or not consumer.available():
@@ -95,7 +105,14 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             await consumer.connection.drain()
             return Next.PROGRESS
         n = self.estimate_entries(consumer.permits, consumer.avg_messages_per_entry)
-        entries = await self._read_new(n)
+        entries = None
+        if consumer.read_compacted:
+            generation = self.generation
+            entries = await self._read_compacted(consumer, n)
+            if generation != self.generation:  # rewound meanwhile: start again from the cursor
+                return Next.PROGRESS
+        if not entries:
+            entries = await self._read_new(n)
         if entries is None:
             return Next.PROGRESS
         if not entries:

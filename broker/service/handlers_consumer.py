@@ -151,7 +151,10 @@ async def handle_get_last_message_id(conn: "Connection", frame: "Frame") -> None
     cmd = frame.command.getLastMessageId
     consumer = _consumer(conn, cmd.consumer_id)
     sub = consumer.subscription
-    last = await sub.topic.last_message_id()
+    compaction = getattr(sub.topic, "compaction", None)
+    last = await compaction.last_message_id() if consumer.read_compacted and compaction is not None else None
+    if last is None:
+        last = await sub.topic.last_message_id()
     response = pb.CommandGetLastMessageIdResponse(request_id=cmd.request_id)
     response.last_message_id.CopyFrom(last)
     md = sub.cursor.mark_delete_position
