@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
+from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
 from magnetar.errors import ConfigError
 
 _MiB = 1024 * 1024
@@ -49,6 +50,16 @@ class BrokerConfig:
         deduplication_enabled: broker default of namespace deduplication (Pulsar ``brokerDeduplicationEnabled``).
         delayed_delivery_enabled: hold messages with a deliver-at time on Shared / Key_Shared subscriptions until
             that time (Pulsar ``delayedDeliveryEnabled``); off: delivered at once.
+        delayed_delivery_tick_time_ms: a subscription's delayed-delivery timer fires at most this often (Pulsar
+            ``delayedDeliveryTickTimeMillis``, 1000 there; 0: at each deliver time exactly, never early).
+        delayed_delivery_max_delay_ms: > 0: messages delayed further than this are refused (Pulsar
+            ``delayedDeliveryMaxDelayInMillis``; 0: no limit). Namespace and topic policies override all three.
+        delete_inactive_topics_enabled: delete persistent topics left idle (Pulsar
+            ``brokerDeleteInactiveTopicsEnabled``: on there, off here; a namespace policy may turn it on).
+        delete_inactive_topics_frequency_ms: how often an owner looks for idle topics (Pulsar 60 s).
+        delete_inactive_topics_mode: ``delete_when_no_subscriptions`` or ``delete_when_subscriptions_caught_up``.
+        delete_inactive_topics_max_inactive_duration_ms: how long a topic must have been idle (Pulsar: the
+            frequency).
         max_message_size_bytes: larger messages are refused (Pulsar ``maxMessageSize``).
         max_partitions_per_topic: the largest partition count a partitioned topic may have.
         load_report_interval_ms: how often the load report under ``/brokers/<id>`` is refreshed (when it
@@ -122,6 +133,12 @@ class BrokerConfig:
     default_namespace_bundles: int = 4
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_ms: int = 0
+    delayed_delivery_max_delay_ms: int = 0
+    delete_inactive_topics_enabled: bool = False
+    delete_inactive_topics_frequency_ms: int = 60_000
+    delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    delete_inactive_topics_max_inactive_duration_ms: int = 60_000
     max_message_size_bytes: int = 5 * _MiB
     max_partitions_per_topic: int = 4096
     load_report_interval_ms: int = 5000
@@ -250,6 +267,7 @@ class BrokerConfig:
             "replicated_subscriptions_snapshot_interval_ms", "replicated_subscriptions_snapshot_timeout_ms",
             "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
             "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",
+            "delete_inactive_topics_frequency_ms", "delete_inactive_topics_max_inactive_duration_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -272,6 +290,12 @@ class BrokerConfig:
         if self.backlog_quota_default_policy not in _BACKLOG_QUOTA_POLICIES:
             raise ConfigError(f"backlog_quota_default_policy must be one of {', '.join(_BACKLOG_QUOTA_POLICIES)}, "
                               f"not {self.backlog_quota_default_policy!r}")
+        for name in ("delayed_delivery_tick_time_ms", "delayed_delivery_max_delay_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
+        if self.delete_inactive_topics_mode not in _INACTIVE_TOPIC_DELETE_MODES:
+            raise ConfigError(f"delete_inactive_topics_mode must be one of {', '.join(_INACTIVE_TOPIC_DELETE_MODES)}, "
+                              f"not {self.delete_inactive_topics_mode!r}")
         self._validate_load_balancer()
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")

@@ -170,6 +170,13 @@ class BrokerProcess:
         # The broker-wide deduplication default (namespaces whose policy is unset) is the service's to apply.
         settings["deduplication_enabled"] = c.deduplication_enabled
         settings["delayed_delivery_enabled"] = c.delayed_delivery_enabled
+        settings.update(delayed_delivery_tick_time_ms=c.delayed_delivery_tick_time_ms,
+                        delayed_delivery_max_delay_ms=c.delayed_delivery_max_delay_ms,
+                        delete_inactive_topics_enabled=c.delete_inactive_topics_enabled,
+                        delete_inactive_topics_frequency_s=c.delete_inactive_topics_frequency_ms / 1000,
+                        delete_inactive_topics_mode=c.delete_inactive_topics_mode,
+                        delete_inactive_topics_max_inactive_duration_s=(
+                            c.delete_inactive_topics_max_inactive_duration_ms / 1000))
         settings.update(backlog_quota_check_enabled=c.backlog_quota_check_enabled,
                         backlog_quota_check_interval_s=c.backlog_quota_check_interval_ms / 1000,
                         backlog_quota_default_limit_bytes=c.backlog_quota_default_limit_bytes,

@@ -16,7 +16,8 @@ from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
 from .memory import MemoryMetadataStore, MemoryTree
-from .models import (BacklogQuota, BookieRegistration, ClusterData, DispatchRate, LedgerMetadata, LedgerState,
+from .models import (BacklogQuota, BookieRegistration, ClusterData, DelayedDeliveryPolicies, DispatchRate,
+                     InactiveTopicPolicies, LedgerMetadata, LedgerState,
                      PartitionedTopicMetadata, Policies, PublishRate, TenantInfo, TopicPolicies, Versioned)
 from .region import BookieCache, RegionStore
 from .schemas import SchemaStore, StoredSchema
@@ -30,5 +31,5 @@ __all__ = [
     "ConfigurationStore", "PoliciesCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
     "ClusterData", "TenantInfo", "Policies", "TopicPolicies", "PartitionedTopicMetadata", "BookieRegistration",
     "LedgerMetadata", "LedgerState", "BacklogQuota", "SchemaStore", "StoredSchema",
-    "PublishRate", "DispatchRate",
+    "PublishRate", "DispatchRate", "DelayedDeliveryPolicies", "InactiveTopicPolicies",
 ]

@@ -266,6 +266,62 @@ def _rate_map_json(rates: dict) -> dict[str, Any]:
     return {cluster: rate.to_dict() for cluster, rate in sorted(rates.items())}
 
 
+@dataclass(frozen=True)
+class DelayedDeliveryPolicies:
+    """A namespace's delayed delivery (Pulsar ``DelayedDeliveryPolicies``): ``active`` (off: messages with a
+    deliver time are delivered at once), ``tick_time_ms`` (the tracker's timer fires at most this often) and
+    ``max_delay_ms`` (> 0: a SEND whose deliver time is further than that past its publish time is refused)."""
+
+    active: bool = True
+    tick_time_ms: int = 1000
+    max_delay_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"active": self.active, "tickTime": self.tick_time_ms, "maxDeliveryDelayInMillis": self.max_delay_ms}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: Any) -> "DelayedDeliveryPolicies":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: delayed delivery policies must be an object, got {type(obj).__name__}")
+        return cls(active=_field(kind, obj, "active", bool, True),
+                   tick_time_ms=_field(kind, obj, "tickTime", int, 1000),
+                   max_delay_ms=_field(kind, obj, "maxDeliveryDelayInMillis", int, 0))
+
+
+INACTIVE_TOPIC_DELETE_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+"""Pulsar's ``InactiveTopicDeleteMode`` names."""
+
+
+@dataclass(frozen=True)
+class InactiveTopicPolicies:
+    """When an idle topic is deleted (Pulsar ``InactiveTopicPolicies``): ``delete_while_inactive`` switches it
+    on, ``max_inactive_duration_s`` is how long it must have been idle, ``delete_mode`` what idle means about
+    subscriptions (none at all, or all caught up)."""
+
+    delete_mode: str = "delete_when_no_subscriptions"
+    max_inactive_duration_s: int = 60
+    delete_while_inactive: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inactiveTopicDeleteMode": self.delete_mode, "maxInactiveDurationSeconds": self.max_inactive_duration_s,
+                "deleteWhileInactive": self.delete_while_inactive}
+
+    @classmethod
+    def from_dict(cls, kind: str, obj: Any) -> "InactiveTopicPolicies":
+        if not isinstance(obj, dict):
+            raise InvalidMetadataError(f"{kind}: inactive topic policies must be an object, got {type(obj).__name__}")
+        mode = _field(kind, obj, "inactiveTopicDeleteMode", str, "delete_when_no_subscriptions")
+        if mode not in INACTIVE_TOPIC_DELETE_MODES:
+            raise InvalidMetadataError(f"{kind}: unknown inactiveTopicDeleteMode {mode!r}")
+        return cls(delete_mode=mode, max_inactive_duration_s=_field(kind, obj, "maxInactiveDurationSeconds", int, 60),
+                   delete_while_inactive=_field(kind, obj, "deleteWhileInactive", bool, False))
+
+
+def _optional_object(kind: str, obj: dict[str, Any], key: str, decode):
+    value = _field(kind, obj, key, dict, None, nullable=True)
+    return None if value is None else decode(f"{kind}.{key}", value)
+
+
 @dataclass
 class Policies:
     """A namespace's policies (Pulsar ``Policies``; only the fields Magnetar uses so far — add more freely).
@@ -287,9 +343,15 @@ class Policies:
     publish_max_message_rate: dict[str, PublishRate] = field(default_factory=dict)  # by cluster
     topic_dispatch_rate: dict[str, DispatchRate] = field(default_factory=dict)  # by cluster
     subscription_dispatch_rate: dict[str, DispatchRate] = field(default_factory=dict)  # by cluster
+    delayed_delivery_policies: DelayedDeliveryPolicies | None = None
+    inactive_topic_policies: InactiveTopicPolicies | None = None
 
     def to_json(self) -> bytes:
         return _dumps("Policies", {
+            "delayed_delivery_policies": (None if self.delayed_delivery_policies is None
+                                          else self.delayed_delivery_policies.to_dict()),
+            "inactive_topic_policies": (None if self.inactive_topic_policies is None
+                                        else self.inactive_topic_policies.to_dict()),
             "publishMaxMessageRate": _rate_map_json(self.publish_max_message_rate),
             "topicDispatchRate": _rate_map_json(self.topic_dispatch_rate),
             "subscriptionDispatchRate": _rate_map_json(self.subscription_dispatch_rate),
@@ -332,6 +394,9 @@ class Policies:
             publish_max_message_rate=_rate_map(k, o, "publishMaxMessageRate", PublishRate.from_dict),
             topic_dispatch_rate=_rate_map(k, o, "topicDispatchRate", DispatchRate.from_dict),
             subscription_dispatch_rate=_rate_map(k, o, "subscriptionDispatchRate", DispatchRate.from_dict),
+            delayed_delivery_policies=_optional_object(k, o, "delayed_delivery_policies",
+                                                       DelayedDeliveryPolicies.from_dict),
+            inactive_topic_policies=_optional_object(k, o, "inactive_topic_policies", InactiveTopicPolicies.from_dict),
         )
 
 
@@ -353,6 +418,9 @@ class TopicPolicies:
 
     replication_clusters: list[str] | None = None
     backlog_quota_map: dict[str, BacklogQuota] | None = None
+    delayed_delivery_enabled: bool | None = None
+    delayed_delivery_tick_time_ms: int | None = None
+    delayed_delivery_max_delay_ms: int | None = None
 
     def is_empty(self) -> bool:
         """True when nothing is set at topic level (every field None)."""
@@ -363,13 +431,23 @@ class TopicPolicies:
         fields: dict[str, Any] = {"replicationClusters": clusters}
         if self.backlog_quota_map is not None:  # Pulsar's spelling, capital L included
             fields["backLogQuotaMap"] = _quota_map_json(self.backlog_quota_map)
+        for key, value in (("delayedDeliveryEnabled", self.delayed_delivery_enabled),
+                           ("delayedDeliveryTickTimeMillis", self.delayed_delivery_tick_time_ms),
+                           ("delayedDeliveryMaxDelayInMillis", self.delayed_delivery_max_delay_ms)):
+            if value is not None:
+                fields[key] = value
         return _dumps("TopicPolicies", fields)
 
     @classmethod
     def from_json(cls, data: bytes) -> "TopicPolicies":
         k, o = "TopicPolicies", _loads("TopicPolicies", data)
         return cls(replication_clusters=_str_list_or_none(k, o, "replicationClusters"),
-                   backlog_quota_map=_quota_map(k, o, "backLogQuotaMap"))
+                   backlog_quota_map=_quota_map(k, o, "backLogQuotaMap"),
+                   delayed_delivery_enabled=_field(k, o, "delayedDeliveryEnabled", bool, None, nullable=True),
+                   delayed_delivery_tick_time_ms=_field(k, o, "delayedDeliveryTickTimeMillis", int, None,
+                                                        nullable=True),
+                   delayed_delivery_max_delay_ms=_field(k, o, "delayedDeliveryMaxDelayInMillis", int, None,
+                                                        nullable=True))
 
 
 @dataclass(frozen=True)

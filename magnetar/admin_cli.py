@@ -18,6 +18,7 @@ import typer
 
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
+from magnetar.admin_namespace_policies_cli import add_namespace_policy_commands
 from magnetar.admin_rate_limits_cli import add_rate_limit_commands
 from magnetar.admin_schemas_cli import schemas_app
 from magnetar.admin_topics_cli import topics_app
@@ -32,6 +33,7 @@ for _sub, _name in ((clusters_app, "clusters"), (tenants_app, "tenants"), (names
                     (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas")):
     admin_app.add_typer(_sub, name=_name)
 add_rate_limit_commands(namespaces_app)
+add_namespace_policy_commands(namespaces_app)
 
 
 # ---------------------------------------------------------------------------------------------- clusters

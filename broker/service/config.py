@@ -37,6 +37,19 @@ class ServiceConfig:
             Key_Shared subscriptions until that time (Pulsar ``delayedDeliveryEnabled``); off: deliver at once.
         delayed_delivery_max_held_entries: most entries one subscription holds for delayed delivery (about
             350 bytes each); when full, it reads no new entries until held ones come due (``delayed.py``).
+        delayed_delivery_tick_time_ms: the delayed-delivery timer of a subscription fires at most this often
+            (Pulsar ``delayedDeliveryTickTimeMillis``, 1000 there); 0: at each deliver time exactly.
+        delayed_delivery_max_delay_ms: > 0: a message whose deliver time is further than this past its publish
+            time is refused with NotAllowedError (Pulsar ``delayedDeliveryMaxDelayInMillis``); 0: no limit.
+            Namespace and topic policies override these three (``delayed_policy.py``).
+        delete_inactive_topics_enabled: delete persistent topics left idle (Pulsar
+            ``brokerDeleteInactiveTopicsEnabled``, on there; off here unless a namespace policy says so).
+        delete_inactive_topics_frequency_s: how often the owner looks for them
+            (``brokerDeleteInactiveTopicsFrequencySeconds``).
+        delete_inactive_topics_mode: ``delete_when_no_subscriptions`` or ``delete_when_subscriptions_caught_up``
+            (``brokerDeleteInactiveTopicsMode``).
+        delete_inactive_topics_max_inactive_duration_s: how long a topic must have been idle
+            (``brokerDeleteInactiveTopicsMaxInactiveDurationSeconds``; Pulsar's default is the frequency).
         backlog_quota_check_enabled: check topics' backlog quotas periodically (Pulsar
             ``backlogQuotaCheckEnabled``); producers are still checked against them when they connect.
         backlog_quota_check_interval_s: how often (Pulsar ``backlogQuotaCheckIntervalInSeconds``).
@@ -66,6 +79,12 @@ class ServiceConfig:
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     delayed_delivery_max_held_entries: int = 100_000
+    delayed_delivery_tick_time_ms: int = 0
+    delayed_delivery_max_delay_ms: int = 0
+    delete_inactive_topics_enabled: bool = False
+    delete_inactive_topics_frequency_s: float = 60.0
+    delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    delete_inactive_topics_max_inactive_duration_s: float = 60.0
     backlog_quota_check_enabled: bool = True
     backlog_quota_check_interval_s: float = 60.0
     backlog_quota_default_limit_bytes: int = -1

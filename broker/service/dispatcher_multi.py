@@ -12,7 +12,7 @@ round (Key_Shared: their consumers have no permits), the replay set is *stuck* a
 until the next event; the replay set is bounded (``max_redelivery_replay_entries``), past that only
 events make progress.
 
-Delayed delivery (``delayed.py``, on unless ``delayed_delivery_enabled`` is off): an entry read with its
+Delayed delivery (``delayed.py``, on unless the topic's policy is off: ``delayed_policy.py``): an entry read with its
 ``deliver_at_time`` in the future is held by the tracker instead of dispatched, and the read goes on. Each
 round first moves the held entries whose time has come into the replay set (so they go out before new
 entries, like redeliveries); one timer per dispatcher (``loop.call_at``) is set for the earliest deliver
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from broker.managed_ledger.api import Entry, Position
 
+from . import delayed_policy
 from .delayed import DelayedTracker, wall_clock_ms
 from .dispatcher import Dispatcher, Next
 from .entries import EntryInfo
@@ -94,6 +95,7 @@ class SharedDispatcher(Dispatcher):
         self.clock_ms: Callable[[], int] = wall_clock_ms  # swappable (a simulated clock)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_due_ms: Optional[int] = None
+        self._timer_fired_ms: Optional[int] = None  # when the timer last fired (the tick counts from it)
 
     def wake(self) -> None:
         self.replay_stuck = False
@@ -154,7 +156,7 @@ class SharedDispatcher(Dispatcher):
     def filter_entries(self, entries: list[Entry]) -> list[tuple[Entry, EntryInfo]]:
         """The base filter, then entries whose deliver time is still ahead go to the tracker."""
         out = super().filter_entries(entries)
-        if not self.config.delayed_delivery_enabled:
+        if not self._delayed_settings().active:
             return out
         now_ms = 0
         kept = []
@@ -178,7 +180,9 @@ class SharedDispatcher(Dispatcher):
             return
         self.delayed.discard_up_to(self.cursor.mark_delete_position)
         now_ms = self.clock_ms()
-        for pos in self.delayed.pop_due(now_ms):
+        # Switched off by a policy: everything held is due now (delayed_policy.py).
+        release_at_ms = now_ms if self._delayed_settings().active else 1 << 62
+        for pos in self.delayed.pop_due(release_at_ms):
             self.add_to_replay(pos)
         self._arm_timer(now_ms)
 
@@ -193,15 +197,22 @@ class SharedDispatcher(Dispatcher):
             return
         self._cancel_timer()
         loop = asyncio.get_running_loop()
+        fire_ms = delayed_policy.timer_target_ms(due_ms, self._timer_fired_ms, self._delayed_settings().tick_time_ms)
         # +1 ms: the loop may run a timer up to its clock resolution early, and due means now >= deliver time.
-        delay_s = max(0, due_ms - now_ms) / 1000 + 0.001
+        delay_s = max(0, fire_ms - now_ms) / 1000 + 0.001
         self._timer = loop.call_at(loop.time() + delay_s, self._on_timer)
         self._timer_due_ms = due_ms
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_due_ms = None
+        self._timer_fired_ms = self.clock_ms()
         self.wake()
+
+    def _delayed_settings(self) -> delayed_policy.DelayedDeliverySettings:
+        topic = self.subscription.topic
+        return delayed_policy.resolve(self.config, getattr(topic, "policies", None),
+                                      getattr(topic, "own_topic_policies", None))
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.protocol import pb
 
+from .delayed_policy import check_send as check_delivery_delay
 from .errors import ChecksumMismatchError, MessageTooLargeError, NotAllowedError, ServiceNotReadyError, parse_topic
 from .producer import Producer
 from .schemas import producer_schema_version
@@ -106,6 +107,7 @@ def handle_send(conn: "Connection", frame: "Frame") -> None:
                                    f"{conn.config.max_message_size_bytes} bytes")
     if (send.marker and not producer.is_replicator) or send.txnid_most_bits or send.txnid_least_bits:
         raise NotAllowedError("markers and transactional messages cannot be published by clients")
+    check_delivery_delay(producer.topic, frame.metadata)
     producer.topic.publish(producer, send, frame.entry)
 
 

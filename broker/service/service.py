@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Optional
 from magnetar.protocol import pb
 from magnetar.topic_name import TopicName
 
+from . import delayed_policy
 from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
+from .inactive_topics import InactiveTopicMonitor
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic,
                      topic_not_ready)
 from .latency import BrokerLatency
@@ -76,6 +78,9 @@ class BrokerService:
                                                     policy=config.backlog_quota_default_policy)
         self.backlog_quota_monitor = BacklogQuotaMonitor(lambda: list(self.topics().values()),
                                                          interval_s=config.backlog_quota_check_interval_s)
+        self.inactive_topic_monitor = InactiveTopicMonitor(lambda: list(self.topics().values()), self.delete_topic,
+                                                           config=config,
+                                                           interval_s=config.delete_inactive_topics_frequency_s)
         self._started = False
         self._closed = False
 
@@ -94,6 +99,7 @@ class BrokerService:
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
         if self.config.backlog_quota_check_enabled:
             await self.backlog_quota_monitor.start()
+        await self.inactive_topic_monitor.start()  # runs whatever the broker switch: namespaces may turn it on
         if self.registry is not None:
             self._collector = ServiceCollector(self)
             self.registry.register(self._collector)
@@ -116,6 +122,7 @@ class BrokerService:
                 self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
         await self.backlog_quota_monitor.close()
+        await self.inactive_topic_monitor.close()
         results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
         for r in results:
             if isinstance(r, Exception):
@@ -248,6 +255,7 @@ class BrokerService:
         ml = await self.ml_factory.open(topic_name.path)
         topic = Topic(self, topic_name, ml)
         topic.topic_backlog_quotas = own_policies.backlog_quota_map if own_policies is not None else None
+        topic.own_topic_policies = own_policies
         try:
             await topic.initialize(policies, topic_clusters)
         except BaseException:
@@ -386,6 +394,8 @@ class BrokerService:
                                                                                       topic) \
                     and loaded.state is TopicState.ACTIVE:
                 loaded.topic_backlog_quotas = policies.backlog_quota_map if policies is not None else None
+                loaded.own_topic_policies = policies
+                delayed_policy.policies_changed(loaded)
                 loaded.spawn(loaded.set_topic_replication_clusters(clusters), f"topic policies {loaded.name}")
 
     def _on_policies(self, tenant: str, namespace: str, policies) -> None:

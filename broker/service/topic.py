@@ -33,6 +33,7 @@ from magnetar.protocol.frames import parse_entry
 from magnetar.topic_name import TopicName
 
 from . import dedup as dedup_mod
+from . import delayed_policy
 from .backlog_quota import TopicBacklogQuota
 from .consumer import Consumer
 from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerFencedError,
@@ -44,6 +45,8 @@ from .producer import Producer
 from .producer_access import ProducerAccess
 from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
+from .compaction import TopicCompaction
+from .compaction_logic import COMPACTION_CURSOR
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
 from .tasks import shielded
 from .throttle import TopicRateLimits
@@ -58,7 +61,7 @@ log = logging.getLogger("broker.service.topic")
 
 SubType = pb.CommandSubscribe.SubType
 _I64_MAX = (1 << 63) - 1
-RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME})
+RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME, COMPACTION_CURSOR})
 TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
 
 
@@ -102,8 +105,10 @@ class Topic(ProducerAccess):
         self.topic_replication_clusters: Optional[list[str]] = None  # topic-level override, when set
         self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
         self.topic_backlog_quotas: Optional[dict] = None  # topic-level backlog quotas by type, when set
+        self.own_topic_policies = None  # the topic's own TopicPolicies, when any are set (delayed_policy.py)
         self.backlog_quota = TopicBacklogQuota(self, service.backlog_quota_defaults)
         self.rate_limits = TopicRateLimits(self)  # publish and dispatch rate limits (throttle.py)
+        self.compaction = TopicCompaction(self)  # topic compaction and the compacted view (compaction.py)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, {self.state.value})"
@@ -143,6 +148,7 @@ class Topic(ProducerAccess):
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         async with self._policy_lock:
             self.policies = policies
+            delayed_policy.policies_changed(self)
             self.rate_limits.apply(policies, self.service.cluster_name)
             dedup = policies.deduplication_enabled if policies is not None else None
             if dedup is None:
@@ -314,6 +320,10 @@ class Topic(ProducerAccess):
         name = cmd.subscription
         if not name or is_reserved_subscription(name):
             raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
+        if cmd.read_compacted:  # as Pulsar: only where one consumer reads everything in order
+            if cmd.subType not in (SubType.Exclusive, SubType.Failover):
+                raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
+            await self.compaction.ensure_loaded()
         async with self._lock_for(name):
             self.check_active()
             sub = self.subscriptions.get(name)
@@ -354,6 +364,7 @@ class Topic(ProducerAccess):
                                 key_shared_meta=meta,
                                 consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
                                 max_unacked_messages=self.config.max_unacked_messages_per_consumer)
+            consumer.read_compacted = bool(cmd.read_compacted)
             await sub.add_consumer(consumer)
             if self.state is not TopicState.ACTIVE:  # unloaded meanwhile: its consumers were already told
                 sub.remove_consumer(consumer)
@@ -565,6 +576,7 @@ class Topic(ProducerAccess):
         if self.replication is not None:
             await self.replication.close()
         await self.dedup.close()
+        await self.compaction.close()
         await self.ml.close()
         self.state = TopicState.CLOSED
 
@@ -599,6 +611,7 @@ class Topic(ProducerAccess):
         await self._disconnect_all(flush=False)
         if self.replication is not None:
             await self.replication.close()
+        await self.compaction.close(delete=True)
         await self.ml.delete()
         self.state = TopicState.DELETED
 
@@ -661,6 +674,7 @@ class Topic(ProducerAccess):
             "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             **self.backlog_quota.stats(),
+            "compaction": self.compaction.stats(),
         }
 
     def internal_stats(self) -> dict:
@@ -669,4 +683,5 @@ class Topic(ProducerAccess):
         for name, sub in self.subscriptions.items():
             cursors[name] = {**cursors.get(name, {}), **sub.internal_stats()}
         out["cursors"] = cursors
+        out["compactedLedger"] = self.compaction.internal_stats()
         return out
