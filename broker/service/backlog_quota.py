@@ -28,7 +28,6 @@ nor are evicted. The decisions (:func:`effective_quota`, :func:`size_exceeded`, 
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import math
@@ -41,6 +40,7 @@ from config_store.models import BACKLOG_QUOTA_POLICIES, BacklogQuota
 
 from .entries import publish_time_of
 from .errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
+from .periodic import PeriodicCheck
 
 if TYPE_CHECKING:
     from .subscription import Subscription
@@ -330,13 +330,7 @@ class TopicBacklogQuota:
 # ---------------------------------------------------------------------------------------------- the broker's check
 
 
-class MonitorState(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSED = "closed"
-
-
-class BacklogQuotaMonitor:
+class BacklogQuotaMonitor(PeriodicCheck):
     """Checks every loaded topic's quotas every ``interval_s`` (Pulsar ``backlogQuotaCheckIntervalInSeconds``).
 
     One task, started by :meth:`start` and stopped (not cancelled mid-check: a cursor write cut short can
@@ -344,46 +338,13 @@ class BacklogQuotaMonitor:
     """
 
     def __init__(self, topics: Callable[[], Iterable["Topic"]], *, interval_s: float) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, not {interval_s}")
+        super().__init__(interval_s=interval_s, name="backlog quota check")
         self._topics = topics
-        self.interval_s = interval_s
-        self.state = MonitorState.NEW
-        self.checks = 0
-        self._task: Optional[asyncio.Task] = None
-        self._stopping = asyncio.Event()
-
-    async def start(self) -> None:
-        if self.state is not MonitorState.NEW:
-            return
-        self.state = MonitorState.RUNNING
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="backlog quota check")
-
-    async def close(self, *, timeout_s: float = 30.0) -> None:
-        if self.state is MonitorState.CLOSED:
-            return
-        self.state = MonitorState.CLOSED
-        self._stopping.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
-            except TimeoutError:
-                self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
-                return
-            except TimeoutError:
-                pass
-            await self.check_all()
 
     async def check_all(self) -> None:
         """One pass over the topics (also what an admin-triggered check runs)."""
         for topic in list(self._topics()):
-            if self._stopping.is_set():
+            if self.stopping:
                 return
             try:
                 await topic.backlog_quota.check()

@@ -28,12 +28,11 @@ it only when the broker-wide switch is on).
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
+from .periodic import PeriodicCheck
 from .topic import TopicState
 
 if TYPE_CHECKING:
@@ -76,13 +75,7 @@ def retained(retention_minutes: int, idle_s: float) -> bool:
     return idle_s < retention_minutes * 60
 
 
-class MonitorState(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSED = "closed"
-
-
-class InactiveTopicMonitor:
+class InactiveTopicMonitor(PeriodicCheck):
     """Looks for inactive topics every ``interval_s`` and deletes them; see the module docstring.
 
     One task, started by :meth:`start`, stopped by :meth:`close` (waited for, not cancelled mid-deletion);
@@ -98,46 +91,13 @@ class InactiveTopicMonitor:
 
     def __init__(self, topics: Callable[[], Iterable["Topic"]], delete: Callable[[str], Any], *, config: Any,
                  interval_s: float, clock_s: Callable[[], float] = time.monotonic) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, not {interval_s}")
+        super().__init__(interval_s=interval_s, name="inactive topic check")
         self._topics = topics
         self._delete = delete
         self.config = config
-        self.interval_s = interval_s
         self.clock_s = clock_s
-        self.state = MonitorState.NEW
         self.deleted = 0
-        self.checks = 0  # passes completed (tests wait on it)
         self._last_active: dict[str, tuple[Any, float]] = {}  # name -> (the Topic object, monotonic s)
-        self._task: Optional[asyncio.Task] = None
-        self._stopping = asyncio.Event()
-
-    async def start(self) -> None:
-        if self.state is not MonitorState.NEW:
-            return
-        self.state = MonitorState.RUNNING
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="inactive topic check")
-
-    async def close(self, *, timeout_s: float = 30.0) -> None:
-        if self.state is MonitorState.CLOSED:
-            return
-        self.state = MonitorState.CLOSED
-        self._stopping.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
-            except TimeoutError:
-                self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
-                return
-            except TimeoutError:
-                pass
-            await self.check_all()
 
     async def check_all(self) -> list[str]:
         """One pass over the loaded persistent topics; returns the names deleted."""
@@ -149,7 +109,7 @@ class InactiveTopicMonitor:
             del self._last_active[name]  # unloaded or deleted: counted afresh when loaded again
         deleted = []
         for topic in loaded:
-            if self._stopping.is_set():
+            if self.stopping:
                 break
             try:
                 if self._inactive_long_enough(topic, now):
