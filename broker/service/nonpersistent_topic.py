@@ -44,10 +44,9 @@ from .latency import WriteLatency
 from .nonpersistent_dispatch import Offer
 from .nonpersistent_subscription import NonPersistentSubscription
 from .producer import Producer
-from .producer_access import ProducerAccess
 from .stats import RateMeter
 from .throttle import TopicRateLimits
-from .topic import TopicState
+from .topic_common import TopicCommon, TopicState
 
 if TYPE_CHECKING:
     from config_store.models import Policies
@@ -81,7 +80,7 @@ class NoBacklogQuota:
                 "oldestBacklogMessageSubscriptionName": None}
 
 
-class NonPersistentTopic(ProducerAccess):
+class NonPersistentTopic(TopicCommon):
     """See the module docstring. Made by ``BrokerService.get_topic`` for the non-persistent domain."""
 
     persistent = False
@@ -116,16 +115,6 @@ class NonPersistentTopic(ProducerAccess):
     def __repr__(self) -> str:
         return f"NonPersistentTopic({self.name!r}, {self.state.value})"
 
-    def spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def check_active(self) -> None:
-        if self.state is not TopicState.ACTIVE:
-            raise topic_not_ready(self.name, self.state.value)
-
     # --------------------------------------------------------------------------------- policies (nothing stored)
 
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
@@ -149,9 +138,6 @@ class NonPersistentTopic(ProducerAccess):
         self.check_active()
         return self._admit(producer)
 
-    def _accepting_producers(self) -> bool:
-        return self.state is TopicState.ACTIVE
-
     def _waiting_granted(self, producer: Producer, fut: asyncio.Future) -> None:
         fut.set_result(None)  # nothing to store: the epoch lives in memory only
 
@@ -173,11 +159,7 @@ class NonPersistentTopic(ProducerAccess):
         started = time.perf_counter()
         messages = max(send.num_messages, 1)
         size = len(entry)
-        producer.msg_in.record(messages)
-        producer.bytes_in.record(size)
-        self.msg_in.record(messages)
-        self.bytes_in.record(size)
-        self.rate_limits.on_published(messages, size)
+        self._count_published(producer, messages, size)
         self.entries_added += 1
         if send.num_messages > 1:
             self.batch_published = True
@@ -275,9 +257,6 @@ class NonPersistentTopic(ProducerAccess):
 
     # --------------------------------------------------------------------------------- lifecycle
 
-    def has_clients(self) -> bool:
-        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
-
     async def close(self) -> None:
         """Unload: every client is told to reconnect; nothing to flush."""
         if self.state in (TopicState.CLOSED, TopicState.DELETED):
@@ -324,13 +303,7 @@ class NonPersistentTopic(ProducerAccess):
     # --------------------------------------------------------------------------------- stats
 
     def tick(self) -> None:
-        self.msg_in.tick()
-        self.bytes_in.tick()
-        self.rate_limits.tick()
-        for p in self.producers.values():
-            p.tick()
-        for s in self.subscriptions.values():
-            s.tick()
+        self._tick_traffic()
         self._check_inactive()
 
     @staticmethod

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import logging
 import time
 from typing import TYPE_CHECKING, Optional, Union
@@ -42,7 +41,7 @@ from .errors import (BrokerServiceError, NotAllowedError, PersistenceError, Prod
 from .entries import entry_info, publish_time_of
 from .latency import WriteLatency
 from .producer import Producer
-from .producer_access import ProducerAccess
+from .topic_common import TopicCommon, TopicState
 from .replication import TopicReplication, is_replication_cursor
 from .stats import RateMeter
 from .compaction import TopicCompaction
@@ -70,14 +69,7 @@ def is_reserved_subscription(name: str) -> bool:
     return name in RESERVED_SUBSCRIPTIONS or is_replication_cursor(name)
 
 
-class TopicState(enum.Enum):
-    ACTIVE = "active"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    DELETED = "deleted"
-
-
-class Topic(ProducerAccess):
+class Topic(TopicCommon):
     def __init__(self, service: "BrokerService", topic_name: TopicName, ml: ManagedLedger) -> None:
         self.service = service
         self.config = service.config
@@ -112,16 +104,6 @@ class Topic(ProducerAccess):
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, {self.state.value})"
-
-    def spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def check_active(self) -> None:
-        if self.state is not TopicState.ACTIVE:
-            raise topic_not_ready(self.name, self.state.value)
 
     # --------------------------------------------------------------------------------- loading, policies
 
@@ -230,9 +212,6 @@ class Topic(ProducerAccess):
             if not fut.done():
                 fut.set_result(None)
 
-    def _accepting_producers(self) -> bool:
-        return self.state is TopicState.ACTIVE
-
     def _waiting_granted(self, producer: Producer, fut: asyncio.Future) -> None:
         self.spawn(self._admit_waiting(producer, fut), f"store topic epoch {self.name}")
 
@@ -275,11 +254,7 @@ class Topic(ProducerAccess):
             fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
         messages = send.num_messages
         size = len(entry)
-        producer.msg_in.record(messages)
-        producer.bytes_in.record(size)
-        self.msg_in.record(messages)
-        self.bytes_in.record(size)
-        self.rate_limits.on_published(messages, size)
+        self._count_published(producer, messages, size)
         if producer.is_replicator:
             meters = self.replication_in.get(producer.origin_cluster)
             if meters is None:
@@ -564,9 +539,6 @@ class Topic(ProducerAccess):
 
     # --------------------------------------------------------------------------------- lifecycle
 
-    def has_clients(self) -> bool:
-        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
-
     async def close(self) -> None:
         """Unload: tells every client to reconnect, stops dispatchers, flushes cursors, closes the ledger."""
         if self.state in (TopicState.CLOSED, TopicState.DELETED):
@@ -618,13 +590,7 @@ class Topic(ProducerAccess):
     # --------------------------------------------------------------------------------- stats
 
     def tick(self) -> None:
-        self.msg_in.tick()
-        self.bytes_in.tick()
-        self.rate_limits.tick()
-        for p in self.producers.values():
-            p.tick()
-        for s in self.subscriptions.values():
-            s.tick()
+        self._tick_traffic()
         for meters in self.replication_in.values():
             meters[0].tick()
             meters[1].tick()
