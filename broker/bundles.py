@@ -164,7 +164,8 @@ def split_point_topic_count(bundle: NamespaceBundle, topic_hashes: list[int]) ->
     if len(hashes) <= 1:
         return None
     start, end = hashes[max(len(hashes) // 2 - 1, 0)], hashes[len(hashes) // 2]
-    point = start + (end - start) // 2
+    # the lower half is [lower, point): ``start`` must fall below the point and ``end`` at or above it
+    point = start + 1 + (end - start - 1) // 2 if end > start else start
     return point if bundle.lower < point < bundle.upper else None
 
 

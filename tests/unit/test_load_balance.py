@@ -40,6 +40,9 @@ def test_topic_count_equally_divide_cuts_between_the_middle_hashes() -> None:
     assert split_point_topic_count(b, [0x100]) is None
     assert split_point_topic_count(b, [0x0, 0x0]) is None  # would leave an empty lower half
     assert split_point_topic_count(b, [0x100, 0x5000]) is None  # only one of them is in the bundle
+    # adjacent hashes: the lower one stays below the cut (found by the property test below: the cut used to
+    # fall on the lower hash, which then went to the upper half with the other)
+    assert split_point_topic_count(b, [0x200, 0x201]) == 0x201
 
 
 @given(st.lists(st.integers(0, FULL_UPPER_BOUND), min_size=2, max_size=40, unique=True))
