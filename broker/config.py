@@ -60,6 +60,9 @@ class BrokerConfig:
         delete_inactive_topics_mode: ``delete_when_no_subscriptions`` or ``delete_when_subscriptions_caught_up``.
         delete_inactive_topics_max_inactive_duration_ms: how long a topic must have been idle (Pulsar: the
             frequency).
+        compaction_monitor_interval_ms: how often an owner compacts the topics whose ``compaction_threshold``
+            policy (namespace or topic) their uncompacted backlog exceeds (Pulsar
+            ``brokerServiceCompactionMonitorIntervalInSeconds``, 60 s).
         max_message_size_bytes: larger messages are refused (Pulsar ``maxMessageSize``).
         max_partitions_per_topic: the largest partition count a partitioned topic may have.
         load_report_interval_ms: how often the load report under ``/brokers/<id>`` is refreshed (when it
@@ -139,6 +142,7 @@ class BrokerConfig:
     delete_inactive_topics_frequency_ms: int = 60_000
     delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
     delete_inactive_topics_max_inactive_duration_ms: int = 60_000
+    compaction_monitor_interval_ms: int = 60_000
     max_message_size_bytes: int = 5 * _MiB
     max_partitions_per_topic: int = 4096
     load_report_interval_ms: int = 5000
@@ -268,6 +272,7 @@ class BrokerConfig:
             "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
             "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",
             "delete_inactive_topics_frequency_ms", "delete_inactive_topics_max_inactive_duration_ms",
+            "compaction_monitor_interval_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -345,9 +345,11 @@ class Policies:
     subscription_dispatch_rate: dict[str, DispatchRate] = field(default_factory=dict)  # by cluster
     delayed_delivery_policies: DelayedDeliveryPolicies | None = None
     inactive_topic_policies: InactiveTopicPolicies | None = None
+    compaction_threshold: int | None = None  # bytes; compaction runs by itself above it (0: never)
 
     def to_json(self) -> bytes:
         return _dumps("Policies", {
+            "compaction_threshold": self.compaction_threshold,
             "delayed_delivery_policies": (None if self.delayed_delivery_policies is None
                                           else self.delayed_delivery_policies.to_dict()),
             "inactive_topic_policies": (None if self.inactive_topic_policies is None
@@ -397,6 +399,7 @@ class Policies:
             delayed_delivery_policies=_optional_object(k, o, "delayed_delivery_policies",
                                                        DelayedDeliveryPolicies.from_dict),
             inactive_topic_policies=_optional_object(k, o, "inactive_topic_policies", InactiveTopicPolicies.from_dict),
+            compaction_threshold=_field(k, o, "compaction_threshold", int, None, nullable=True),
         )
 
 
@@ -421,6 +424,7 @@ class TopicPolicies:
     delayed_delivery_enabled: bool | None = None
     delayed_delivery_tick_time_ms: int | None = None
     delayed_delivery_max_delay_ms: int | None = None
+    compaction_threshold: int | None = None
 
     def is_empty(self) -> bool:
         """True when nothing is set at topic level (every field None)."""
@@ -433,7 +437,8 @@ class TopicPolicies:
             fields["backLogQuotaMap"] = _quota_map_json(self.backlog_quota_map)
         for key, value in (("delayedDeliveryEnabled", self.delayed_delivery_enabled),
                            ("delayedDeliveryTickTimeMillis", self.delayed_delivery_tick_time_ms),
-                           ("delayedDeliveryMaxDelayInMillis", self.delayed_delivery_max_delay_ms)):
+                           ("delayedDeliveryMaxDelayInMillis", self.delayed_delivery_max_delay_ms),
+                           ("compactionThreshold", self.compaction_threshold)):
             if value is not None:
                 fields[key] = value
         return _dumps("TopicPolicies", fields)
@@ -447,7 +452,8 @@ class TopicPolicies:
                    delayed_delivery_tick_time_ms=_field(k, o, "delayedDeliveryTickTimeMillis", int, None,
                                                         nullable=True),
                    delayed_delivery_max_delay_ms=_field(k, o, "delayedDeliveryMaxDelayInMillis", int, None,
-                                                        nullable=True))
+                                                        nullable=True),
+                   compaction_threshold=_field(k, o, "compactionThreshold", int, None, nullable=True))
 
 
 @dataclass(frozen=True)

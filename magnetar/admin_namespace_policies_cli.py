@@ -1,6 +1,8 @@
-"""``magnetar admin namespaces {set,get,remove}-delayed-delivery`` and ``...-inactive-topic-policies``: a
-namespace's delayed-delivery and inactive-topic policies, with pulsar-admin's options and duration syntax
-(``10s``, ``5m``, ``1h``, ``3d``, ``1w``; a bare number is seconds, as pulsar-admin reads it; ``ms`` too).
+"""``magnetar admin namespaces {set,get,remove}-delayed-delivery``, ``...-inactive-topic-policies`` and
+``...-compaction-threshold``: a namespace's delayed-delivery, inactive-topic and compaction-threshold policies,
+with pulsar-admin's options, duration syntax (``10s``, ``5m``, ``1h``, ``3d``, ``1w``; a bare number is
+seconds, as pulsar-admin reads it; ``ms`` too) and size syntax (``100``, ``10k``, ``10M``, ``1G``, ``1T``;
+powers of 1024).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from magnetar.admin_cli_common import DataDirOpt, JsonOpt, UrlOpt, call, done, e
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt])?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 DELETE_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
 
 
@@ -26,6 +30,14 @@ def parse_duration_ms(text: str, what: str) -> int:
     return int(match.group(1)) * _UNIT_MS[(match.group(2) or "s").lower()]
 
 
+def parse_size_bytes(text: str, what: str) -> int:
+    """``10M`` -> 10485760; a bare number is bytes (pulsar-admin's ``validateSizeString``)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise typer.BadParameter(f"{what} must be a size like 1000, 10k, 10M, 1G or 1T, not {text!r}")
+    return int(match.group(1)) * _UNIT_BYTES[(match.group(2) or "").lower()]
+
+
 def _exactly_one(enable: bool, disable: bool, suffix: str) -> bool:
     if enable == disable:
         typer.secho(f"error: give exactly one of --enable{suffix} and --disable{suffix}", fg=typer.colors.RED,
@@ -35,7 +47,8 @@ def _exactly_one(enable: bool, disable: bool, suffix: str) -> bool:
 
 
 def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
-    """Adds the delayed-delivery and inactive-topic commands to the ``namespaces`` group."""
+    """Adds the delayed-delivery, inactive-topic and compaction-threshold commands to the ``namespaces``
+    group."""
 
     @namespaces_app.command("set-delayed-delivery")
     def set_delayed_delivery(
@@ -106,3 +119,30 @@ def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
         """Remove a namespace's inactive-topic policies: the broker's settings apply again."""
         call(url, data_dir, "DELETE", f"/admin/v2/namespaces/{namespace_path(namespace)}/inactiveTopicPolicies")
         done(f"removed the inactive-topic policies of {namespace}")
+
+    @namespaces_app.command("set-compaction-threshold")
+    def set_compaction_threshold(
+        namespace: str,
+        threshold: str = typer.Option(..., "--threshold", "-t",
+                                      help="Compact a topic once this much is not compacted (e.g. 10M, 1G; "
+                                           "0: never)."),
+        url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
+    ) -> None:
+        """Set the backlog size above which a namespace's topics are compacted automatically."""
+        size = parse_size_bytes(threshold, "--threshold")
+        call(url, data_dir, "PUT", f"/admin/v2/namespaces/{namespace_path(namespace)}/compactionThreshold", size)
+        done(f"compaction threshold of {namespace}: {size} bytes" + (" (never)" if size == 0 else ""))
+
+    @namespaces_app.command("get-compaction-threshold")
+    def get_compaction_threshold(namespace: str, url: Optional[str] = UrlOpt,
+                                 data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+        """Show a namespace's compaction threshold in bytes (not set: no automatic compaction)."""
+        emit(call(url, data_dir, "GET", f"/admin/v2/namespaces/{namespace_path(namespace)}/compactionThreshold"),
+             as_json, title=namespace)
+
+    @namespaces_app.command("remove-compaction-threshold")
+    def remove_compaction_threshold(namespace: str, url: Optional[str] = UrlOpt,
+                                    data_dir: Optional[pathlib.Path] = DataDirOpt) -> None:
+        """Remove a namespace's compaction threshold: its topics are compacted only when asked."""
+        call(url, data_dir, "DELETE", f"/admin/v2/namespaces/{namespace_path(namespace)}/compactionThreshold")
+        done(f"removed the compaction threshold of {namespace}")

@@ -58,6 +58,9 @@ class ServiceConfig:
         backlog_quota_default_limit_s: the age quota of such topics (-1: none; ``backlogQuotaDefaultLimitSecond``).
         backlog_quota_default_policy: what the default quotas do when exceeded (``producer_request_hold``,
             ``producer_exception`` or ``consumer_backlog_eviction``).
+        compaction_monitor_interval_s: how often the owner compacts topics whose namespace or topic policy
+            sets a ``compaction_threshold`` their uncompacted backlog exceeds (Pulsar
+            ``brokerServiceCompactionMonitorIntervalInSeconds``; ``compaction_monitor.py``).
         server_version: announced in CONNECTED.
     """
 
@@ -90,4 +93,5 @@ class ServiceConfig:
     backlog_quota_default_limit_bytes: int = -1
     backlog_quota_default_limit_s: int = -1
     backlog_quota_default_policy: str = "producer_request_hold"
+    compaction_monitor_interval_s: float = 60.0
     server_version: str = "Magnetar 0.1"

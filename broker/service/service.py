@@ -21,6 +21,7 @@ from magnetar.topic_name import TopicName
 from . import delayed_policy
 from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
+from .compaction_monitor import CompactionMonitor
 from .inactive_topics import InactiveTopicMonitor
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic,
                      topic_not_ready)
@@ -81,6 +82,8 @@ class BrokerService:
         self.inactive_topic_monitor = InactiveTopicMonitor(lambda: list(self.topics().values()), self.delete_topic,
                                                            config=config,
                                                            interval_s=config.delete_inactive_topics_frequency_s)
+        self.compaction_monitor = CompactionMonitor(lambda: list(self.topics().values()),
+                                                    interval_s=config.compaction_monitor_interval_s)
         self._started = False
         self._closed = False
 
@@ -100,6 +103,7 @@ class BrokerService:
         if self.config.backlog_quota_check_enabled:
             await self.backlog_quota_monitor.start()
         await self.inactive_topic_monitor.start()  # runs whatever the broker switch: namespaces may turn it on
+        await self.compaction_monitor.start()
         if self.registry is not None:
             self._collector = ServiceCollector(self)
             self.registry.register(self._collector)
@@ -123,6 +127,7 @@ class BrokerService:
             await asyncio.gather(self._periodic, return_exceptions=True)
         await self.backlog_quota_monitor.close()
         await self.inactive_topic_monitor.close()
+        await self.compaction_monitor.close()
         results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
         for r in results:
             if isinstance(r, Exception):

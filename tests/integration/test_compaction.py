@@ -1,7 +1,8 @@
 """Topic compaction on a broker process with real bookies, through REST and pulsar-client: the latest
 message per key (batched and not), tombstones, ``read_compacted`` readers and consumers, a plain reader still
 seeing everything, the compacted view after an unload and after a broker crash (when the original ledgers
-may be trimmed), a second compaction on top of the first, and the refusals."""
+may be trimmed), a second compaction on top of the first, and the refusals; and automatic compaction once
+the uncompacted backlog exceeds a namespace's or a topic's ``compactionThreshold``."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 RECEIVE_MS = 5000
 
 
-def rest(method: str, url: str) -> tuple[int, Any]:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "PUT" else None)
+def rest(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else (b"" if method in ("PUT", "POST") else None)
+    request = urllib.request.Request(url, method=method, data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, text = response.status, response.read().decode()
@@ -156,5 +158,48 @@ def test_compaction_end_to_end(tmp_path, zk_connect, bookie_factory) -> None:
         client = pulsar.Client(b.pulsar_url, logger=QUIET, operation_timeout_seconds=15)
         assert compacted_view() == expected2
         assert rest("GET", base + "/compaction")[1]["status"] == "NOT_RUN"
+    finally:
+        client.close()
+
+
+def test_compaction_runs_by_itself_over_the_threshold(tmp_path, zk_connect, bookie_factory) -> None:
+    bookie_factory(2)
+    (b,) = start_brokers(1, tmp_path, zk_connect, compaction_monitor_interval_ms=200)
+    namespace = f"public/auto-{uuid.uuid4().hex[:6]}"
+    topic = f"persistent://{namespace}/t"
+    base = f"{b.http_url}/admin/v2/persistent/{namespace}/t"
+    threshold_url = f"{b.http_url}/admin/v2/namespaces/{namespace}/compactionThreshold"
+    client = pulsar.Client(b.pulsar_url, logger=QUIET, operation_timeout_seconds=15)
+    try:
+        assert rest("PUT", f"{b.http_url}/admin/v2/namespaces/{namespace}")[0] == 204
+        latest = produce(client, topic)
+        assert rest("GET", base + "/compaction")[1]["status"] == "NOT_RUN"  # no threshold: only when asked
+
+        assert rest("PUT", threshold_url, 100) == (204, None)
+        assert rest("GET", threshold_url) == (200, 100)
+        wait_for(lambda: rest("GET", base + "/compaction")[1]["status"] == "SUCCESS", 60,
+                 what="automatic compaction over the namespace's threshold")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert read_all(reader, 9) == expected_order(latest)
+        assert_nothing_more(reader)
+        reader.close()
+        first = rest("GET", base + "/internalStats")[1]["compactedLedger"]["ledgerId"]
+        assert first >= 0
+
+        # the topic's own threshold replaces the namespace's; more writes over it compact again
+        assert rest("DELETE", threshold_url) == (204, None)
+        assert rest("POST", base + "/compactionThreshold", 100) == (204, None)
+        assert rest("GET", base + "/compactionThreshold?applied=true") == (200, 100)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(10):
+            producer.send(f"k{i}-r3".encode(), partition_key=f"k{i}")
+        producer.close()
+        wait_for(lambda: rest("GET", base + "/internalStats")[1]["compactedLedger"]["ledgerId"] not in (-1, first)
+                 and rest("GET", base + "/compaction")[1]["status"] == "SUCCESS", 60,
+                 what="a second automatic compaction over the topic's threshold")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert read_all(reader, 10) == [(f"k{i}", f"k{i}-r3".encode()) for i in range(10)]
+        assert_nothing_more(reader)
+        reader.close()
     finally:
         client.close()

@@ -1,0 +1,136 @@
+"""Compaction thresholds over REST, at Pulsar's paths, the body a bare JSON number of bytes:
+
+* ``PUT|GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold``: the namespace's
+  ``compaction_threshold`` (GET answers ``null`` when none is set);
+* ``POST|PUT|GET|DELETE /admin/v2/{domain}/{tenant}/{namespace}/{topic}/compactionThreshold``: the topic's own
+  (``TopicPolicies.compactionThreshold``; Pulsar sets it with POST), overriding its namespace's; GET
+  ``?applied=true`` answers what applies (topic, else namespace, else 0). The topic need not exist yet.
+
+0 means never. A body that is not a non-negative integer is a 400 and nothing is stored; an unknown namespace
+is a 404. Brokers see changes through the policies watches; the owner's periodic check
+(``broker/service/compaction_monitor.py``) then compacts a topic whose uncompacted backlog exceeds it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from aiohttp import web
+
+from config_store import NotFoundError, Policies, TopicPolicies
+from magnetar.topic_name import TopicName
+
+from ..service.compaction_monitor import effective_threshold
+from .body import expect_int, query_bool, read_json, topic_of
+from .context import AdminContext
+from .errors import not_found
+from .keys import CONTEXT
+from .namespace_args import namespace_names as _names
+from .namespace_args import update_namespace as _update
+
+routes = web.RouteTableDef()
+
+NS = "/admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold"
+T = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}/compactionThreshold"
+_TOPIC_SEGMENT = 6  # ['', 'admin', 'v2', domain, tenant, namespace, topic, ...]
+_INT64_MAX = (1 << 63) - 1
+
+
+async def _read_threshold(request: web.Request) -> int:
+    return expect_int(await read_json(request), "the compaction threshold (bytes)", minimum=0, maximum=_INT64_MAX)
+
+
+# ---------------------------------------------------------------------------------------------- namespaces
+
+
+@routes.get(NS)
+async def get_namespace_compaction_threshold(request: web.Request) -> web.Response:
+    return web.json_response((await request.app[CONTEXT].policies(*_names(request))).compaction_threshold)
+
+
+@routes.put(NS)
+async def set_namespace_compaction_threshold(request: web.Request) -> web.Response:
+    tenant, namespace = _names(request)
+    threshold = await _read_threshold(request)
+
+    def apply(p: Policies) -> Policies:
+        p.compaction_threshold = threshold
+        return p
+
+    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    return web.Response(status=204)
+
+
+@routes.delete(NS)
+async def remove_namespace_compaction_threshold(request: web.Request) -> web.Response:
+    """Removes the namespace's threshold: no automatic compaction (204 whether or not one was set)."""
+    tenant, namespace = _names(request)
+
+    def apply(p: Policies) -> Policies:
+        p.compaction_threshold = None
+        return p
+
+    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    return web.Response(status=204)
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
+    """Where the topic's policies are stored (a partitioned topic's base name covers its partitions)."""
+    base = topic.base if topic.is_partition else topic
+    return base.tenant, base.namespace_portion, base.domain.value, base.local_name
+
+
+async def _own(ctx: AdminContext, topic: TopicName) -> Optional[TopicPolicies]:
+    try:
+        return (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value
+    except NotFoundError:
+        return None
+
+
+async def _set_topic(ctx: AdminContext, topic: TopicName, threshold: Optional[int]) -> None:
+    def apply(p: TopicPolicies) -> TopicPolicies:
+        p.compaction_threshold = threshold
+        return p
+
+    try:
+        await ctx.configuration.set_topic_policies(*_policies_key(topic), apply)
+    except NotFoundError:
+        raise not_found(f"Namespace {topic.namespace} does not exist") from None
+
+
+@routes.get(T)
+async def get_topic_compaction_threshold(request: web.Request) -> web.Response:
+    """The topic's own threshold (``null`` when none is set); with ``applied=true`` the one that applies."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
+    own = await _own(ctx, topic)
+    if query_bool(request, "applied"):
+        return web.json_response(effective_threshold(namespace_policies, own))
+    return web.json_response(None if own is None else own.compaction_threshold)
+
+
+async def _set_topic_threshold(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    threshold = await _read_threshold(request)
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+    await _set_topic(ctx, topic, threshold)
+    return web.Response(status=204)
+
+
+routes.post(T)(_set_topic_threshold)
+routes.put(T)(_set_topic_threshold)
+
+
+@routes.delete(T)
+async def remove_topic_compaction_threshold(request: web.Request) -> web.Response:
+    """Removes the topic's own threshold: its namespace's applies again (204 whether or not set)."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    await ctx.policies(topic.tenant, topic.namespace_portion)
+    await _set_topic(ctx, topic, None)
+    return web.Response(status=204)
