@@ -17,16 +17,17 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from config_store import BacklogQuota, NotFoundError, Policies, TopicPolicies
+from config_store import BacklogQuota, Policies, TopicPolicies
 from config_store.models import BACKLOG_QUOTA_POLICIES, BACKLOG_QUOTA_TYPES
 from magnetar.topic_name import TopicName
 
 from ..service.backlog_quota import QuotaDefaults, QuotaType, effective_quota, retention_conflict
 from .body import expect_int, expect_object, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import bad_request, not_found, precondition_failed
+from .errors import bad_request, precondition_failed
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
+from .namespace_args import own_topic_policies, update_topic_policies
 from .namespace_args import update_namespace as _update_namespace
 
 
@@ -130,16 +131,9 @@ async def remove_namespace_backlog_quota(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------- topics
 
 
-def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
-    """Where the topic's policies are stored (a partitioned topic's base name covers its partitions)."""
-    return topic.tenant, topic.namespace_portion, topic.domain.value, topic.local_name
-
-
 async def _own_quotas(ctx: AdminContext, topic: TopicName) -> dict[str, BacklogQuota] | None:
-    try:
-        return (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value.backlog_quota_map
-    except NotFoundError:
-        return None
+    own = await own_topic_policies(ctx, topic)
+    return None if own is None else own.backlog_quota_map
 
 
 async def _set_topic_quotas(ctx: AdminContext, topic: TopicName,
@@ -149,10 +143,7 @@ async def _set_topic_quotas(ctx: AdminContext, topic: TopicName,
         p.backlog_quota_map = quotas or None  # none left: nothing set at topic level
         return p
 
-    try:
-        await ctx.configuration.set_topic_policies(*_policies_key(topic), apply)
-    except NotFoundError:
-        raise not_found(f"Namespace {topic.namespace} does not exist") from None
+    await update_topic_policies(ctx, topic, apply)
 
 
 @routes.get(T + "/backlogQuotaMap")

@@ -17,15 +17,15 @@ from typing import Optional
 
 from aiohttp import web
 
-from config_store import NotFoundError, Policies, TopicPolicies
+from config_store import Policies, TopicPolicies
 from magnetar.topic_name import TopicName
 
 from ..service.compaction_monitor import effective_threshold
 from .body import expect_int, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import not_found
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
+from .namespace_args import own_topic_policies, policies_owner, update_topic_policies
 from .namespace_args import update_namespace as _update
 
 routes = web.RouteTableDef()
@@ -77,28 +77,12 @@ async def remove_namespace_compaction_threshold(request: web.Request) -> web.Res
 # ---------------------------------------------------------------------------------------------- topics
 
 
-def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
-    """Where the topic's policies are stored (a partitioned topic's base name covers its partitions)."""
-    base = topic.base if topic.is_partition else topic
-    return base.tenant, base.namespace_portion, base.domain.value, base.local_name
-
-
-async def _own(ctx: AdminContext, topic: TopicName) -> Optional[TopicPolicies]:
-    try:
-        return (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value
-    except NotFoundError:
-        return None
-
-
 async def _set_topic(ctx: AdminContext, topic: TopicName, threshold: Optional[int]) -> None:
     def apply(p: TopicPolicies) -> TopicPolicies:
         p.compaction_threshold = threshold
         return p
 
-    try:
-        await ctx.configuration.set_topic_policies(*_policies_key(topic), apply)
-    except NotFoundError:
-        raise not_found(f"Namespace {topic.namespace} does not exist") from None
+    await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
 @routes.get(T)
@@ -107,7 +91,7 @@ async def get_topic_compaction_threshold(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
-    own = await _own(ctx, topic)
+    own = await own_topic_policies(ctx, policies_owner(topic))
     if query_bool(request, "applied"):
         return web.json_response(effective_threshold(namespace_policies, own))
     return web.json_response(None if own is None else own.compaction_threshold)

@@ -21,16 +21,17 @@ from typing import Any
 
 from aiohttp import web
 
-from config_store import DelayedDeliveryPolicies, NotFoundError, Policies, TopicPolicies
+from config_store import DelayedDeliveryPolicies, Policies, TopicPolicies
 from magnetar.topic_name import TopicName
 
 from ..service import delayed_policy
 from ..service.config import ServiceConfig
 from .body import expect_bool, expect_int, expect_object, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import bad_request, not_found
+from .errors import bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
+from .namespace_args import own_topic_policies, policies_owner, update_topic_policies
 from .namespace_args import update_namespace as _update
 
 routes = web.RouteTableDef()
@@ -98,19 +99,6 @@ async def remove_namespace_delayed_delivery(request: web.Request) -> web.Respons
 # ---------------------------------------------------------------------------------------------- topics
 
 
-def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
-    """Where the topic's policies are stored (a partitioned topic's base name covers its partitions)."""
-    base = topic.base if topic.is_partition else topic
-    return base.tenant, base.namespace_portion, base.domain.value, base.local_name
-
-
-async def _own(ctx: AdminContext, topic: TopicName) -> TopicPolicies | None:
-    try:
-        return (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value
-    except NotFoundError:
-        return None
-
-
 async def _set_topic(ctx: AdminContext, topic: TopicName, policies: DelayedDeliveryPolicies | None) -> None:
     def apply(p: TopicPolicies) -> TopicPolicies:
         p.delayed_delivery_enabled = None if policies is None else policies.active
@@ -118,10 +106,7 @@ async def _set_topic(ctx: AdminContext, topic: TopicName, policies: DelayedDeliv
         p.delayed_delivery_max_delay_ms = None if policies is None else policies.max_delay_ms
         return p
 
-    try:
-        await ctx.configuration.set_topic_policies(*_policies_key(topic), apply)
-    except NotFoundError:
-        raise not_found(f"Namespace {topic.namespace} does not exist") from None
+    await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
 @routes.get(T)
@@ -130,7 +115,7 @@ async def get_topic_delayed_delivery(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
-    own = await _own(ctx, topic)
+    own = await own_topic_policies(ctx, policies_owner(topic))
     if query_bool(request, "applied"):
         config = getattr(ctx.service, "config", None) or ServiceConfig()  # no service: the defaults
         settings = delayed_policy.resolve(config, namespace_policies, own)

@@ -1,16 +1,17 @@
-"""What every namespace-scoped admin route needs: the ``{tenant}/{namespace}`` of its path, checked, and a
-compare-and-set update of the namespace's policies that answers 404 for a namespace that does not exist."""
+"""What policy routes share: the ``{tenant}/{namespace}`` of a path, checked; compare-and-set updates of a
+namespace's or a topic's own policies that answer 404 for a namespace that does not exist."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from aiohttp import web
 
 from config_store import NotFoundError
 from config_store.configuration import check_name
 from config_store.errors import InvalidMetadataError
-from config_store.models import Policies
+from config_store.models import Policies, TopicPolicies
+from magnetar.topic_name import TopicName
 
 from .context import AdminContext
 from .errors import bad_request, not_found
@@ -33,3 +34,32 @@ async def update_namespace(ctx: AdminContext, tenant: str, namespace: str,
         await ctx.configuration.update_namespace_policies(tenant, namespace, fn)
     except NotFoundError:
         raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
+
+
+def topic_policies_key(topic: TopicName) -> tuple[str, str, str, str]:
+    """``(tenant, namespace, domain, local name)``: where the topic's own policies are stored, for the name
+    as given (a partitioned topic's base name covers its partitions)."""
+    return topic.tenant, topic.namespace_portion, topic.domain.value, topic.local_name
+
+
+async def own_topic_policies(ctx: AdminContext, topic: TopicName) -> Optional[TopicPolicies]:
+    """The topic's own policies, None when none are set."""
+    try:
+        return (await ctx.configuration.get_topic_policies(*topic_policies_key(topic))).value
+    except NotFoundError:
+        return None
+
+
+async def update_topic_policies(ctx: AdminContext, topic: TopicName,
+                                fn: Callable[[TopicPolicies], TopicPolicies]) -> None:
+    """Applies ``fn`` to the topic's own policies (created empty when none are set); 404 without namespace."""
+    try:
+        await ctx.configuration.set_topic_policies(*topic_policies_key(topic), fn)
+    except NotFoundError:
+        raise not_found(f"Namespace {topic.namespace} does not exist") from None
+
+
+def policies_owner(topic: TopicName) -> TopicName:
+    """The name whose policies a topic follows: a partition follows its partitioned topic (as the broker reads
+    them)."""
+    return topic.base if topic.is_partition else topic

@@ -11,11 +11,11 @@ policies live in the global configuration store, so any broker of any region ans
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
-from config_store import NodeExistsError, NotFoundError, TopicPolicies
+from config_store import NodeExistsError, TopicPolicies
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
 from . import compaction, subscriptions
@@ -24,6 +24,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
 from .fanout import PartitionAnswer, fan_out, judge, partition_calls
 from .keys import CONTEXT
+from .namespace_args import own_topic_policies, update_topic_policies
 from .partition_growth import copy_subscriptions
 from .replication import check_clusters, replication_clusters
 
@@ -344,12 +345,6 @@ async def terminate_partitioned_topic(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------- topic policies
 
 
-def _policies_key(topic: TopicName) -> tuple[str, str, str, str]:
-    """``(tenant, namespace, domain, local name)``: where the topic's policies are stored, for the name as
-    given (a partitioned topic's base name covers its partitions)."""
-    return topic.tenant, topic.namespace_portion, topic.domain.value, topic.local_name
-
-
 @routes.get(T + "/{topic}/replication")
 async def get_replication_clusters(request: web.Request) -> web.Response:
     """The topic's own replication clusters; 204 without a body when it has none, as Pulsar answers (with
@@ -358,10 +353,8 @@ async def get_replication_clusters(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     applied = query_bool(request, "applied")
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
-    try:
-        clusters = (await ctx.configuration.get_topic_policies(*_policies_key(topic))).value.replication_clusters
-    except NotFoundError:
-        clusters = None
+    own = await own_topic_policies(ctx, topic)
+    clusters = None if own is None else own.replication_clusters
     if clusters is None and applied:
         clusters = namespace_policies.replication_clusters
     return web.Response(status=204) if clusters is None else web.json_response(clusters)
@@ -380,7 +373,7 @@ async def set_replication_clusters(request: web.Request) -> web.Response:
         p.replication_clusters = list(clusters)
         return p
 
-    await _set_topic_policies(ctx, topic, apply)
+    await update_topic_policies(ctx, topic, apply)
     return web.Response(status=204)
 
 
@@ -395,16 +388,8 @@ async def remove_replication_clusters(request: web.Request) -> web.Response:
         p.replication_clusters = None
         return p
 
-    await _set_topic_policies(ctx, topic, clear)
+    await update_topic_policies(ctx, topic, clear)
     return web.Response(status=204)
-
-
-async def _set_topic_policies(ctx: AdminContext, topic: TopicName,
-                              fn: Callable[[TopicPolicies], TopicPolicies]) -> None:
-    try:
-        await ctx.configuration.set_topic_policies(*_policies_key(topic), fn)
-    except NotFoundError:
-        raise not_found(f"Namespace {topic.namespace} does not exist") from None
 
 
 # Subscription calls live in their own module; they are served from this table, so the application's list of
