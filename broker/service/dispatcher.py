@@ -206,8 +206,13 @@ class Dispatcher:
     # --------------------------------------------------------------------------------- helpers
 
     def _rate_limit_wait_s(self) -> float:
-        limits = getattr(self.subscription.topic, "rate_limits", None)
+        limits = self._dispatch_limits()
         return limits.dispatch_wait_s(self.subscription.name) if limits is not None else 0.0
+
+    def _dispatch_limits(self):
+        """The topic's rate limits when a dispatch limit is set, else None (the hot path skips them)."""
+        limits = getattr(self.subscription.topic, "rate_limits", None)
+        return limits if limits is not None and limits.dispatch_limited else None
 
     async def _read_new(self, max_entries: int) -> Optional[list[Entry]]:
         """Reads from the cursor; None when a rewind happened meanwhile (entries dropped)."""
@@ -254,7 +259,7 @@ class Dispatcher:
                 ack_set = ()
                 messages = info.num_messages
             items.append((entry, messages, counts.get(pos, 0), ack_set))
-        limits = getattr(sub.topic, "rate_limits", None)
+        limits = self._dispatch_limits()
         if limits is not None and items:
             limits.dispatched(sub.name, sum(i[1] for i in items), sum(len(i[0].data) for i in items))
         return items
@@ -262,7 +267,7 @@ class Dispatcher:
     def estimate_entries(self, permits: int, avg_messages_per_entry: float) -> int:
         """Entries to read for ``permits`` messages (no more than the rate limits allow now), given the
         average batch size seen so far."""
-        limits = getattr(self.subscription.topic, "rate_limits", None)
+        limits = self._dispatch_limits()
         allowance = limits.dispatch_allowance(self.subscription.name) if limits is not None else None
         if allowance is not None:
             permits = min(permits, max(allowance, 1))

@@ -136,6 +136,11 @@ class TopicRateLimits:
 
     # --------------------------------------------------------------------------------- dispatch
 
+    @property
+    def dispatch_limited(self) -> bool:
+        """Whether any dispatch limit is set (dispatchers skip the limiters' bookkeeping when not)."""
+        return self.topic_dispatch is not None or self._subscription_rate is not None
+
     def _limiters_for(self, subscription: str) -> list[RateLimiter]:
         out = [self.topic_dispatch] if self.topic_dispatch is not None else []
         limiter = self._subscriptions.get(subscription)
