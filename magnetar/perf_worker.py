@@ -392,8 +392,10 @@ async def _consume_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
             await asyncio.gather(reporter, return_exceptions=True)
 
 
-def pin_worker(worker: int) -> Optional[int]:
+def pin_worker(worker: int, *, from_last: bool = False) -> Optional[int]:
     """Pins this process to one of the CPUs it may use (worker i on the i-th, round robin); returns it.
+    ``from_last`` counts from the last CPU down: consume workers do, so that a ``perf produce`` and a
+    ``perf consume`` run side by side on a small machine start on different cores.
 
     pulsar-client runs the application's calls on the Python thread and completes them (send callbacks,
     received messages) on its own I/O thread, and both need the GIL. On two cores the GIL then bounces
@@ -403,7 +405,7 @@ def pin_worker(worker: int) -> Optional[int]:
     """
     try:
         cpus = sorted(os.sched_getaffinity(0))
-        cpu = cpus[worker % len(cpus)]
+        cpu = cpus[(-1 - worker if from_last else worker) % len(cpus)]
         os.sched_setaffinity(0, {cpu})
         return cpu
     except (AttributeError, OSError):
@@ -414,7 +416,7 @@ def worker_main(spec: PerfSpec, out: Any, stop: Any) -> None:
     """Entry point of a worker process: runs the workload, reports every second, then ``done``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     if spec.client == "pulsar" and spec.pin:
-        pin_worker(spec.worker)
+        pin_worker(spec.worker, from_last=spec.mode == "consume")
     meter = _Meter(spec.worker, out)
     try:
         if spec.client == "pulsar":

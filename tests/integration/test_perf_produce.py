@@ -95,3 +95,16 @@ def test_pulsar_client_workers_are_pinned_to_one_cpu_each() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     expected = cpus[1 % len(cpus)]
     assert out.split(None, 1) == [str(expected), f"[{expected}]\n"]
+
+
+def test_consume_workers_are_pinned_from_the_last_cpu_down() -> None:
+    """A produce and a consume run side by side must not share a core (both have a worker 0)."""
+    import os
+    import subprocess
+    import sys
+
+    cpus = sorted(os.sched_getaffinity(0))
+    code = ("import os; from magnetar.perf_worker import pin_worker; c = pin_worker(0, from_last=True); "
+            "print(c, sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.split(None, 1) == [str(cpus[-1]), f"[{cpus[-1]}]\n"]
