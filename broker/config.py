@@ -21,6 +21,13 @@ from magnetar.errors import ConfigError
 
 _MiB = 1024 * 1024
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+_RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, long bytes)
+    "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
+    "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscribe_in_byte",
+    "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,15 @@ class BrokerConfig:
         compaction_monitor_interval_ms: how often an owner compacts the topics whose ``compaction_threshold``
             policy (namespace or topic) their uncompacted backlog exceeds (Pulsar
             ``brokerServiceCompactionMonitorIntervalInSeconds``, 60 s).
+        dispatch_throttling_rate_per_topic_in_msg, dispatch_throttling_rate_per_topic_in_byte: the dispatch
+            rate (per second) of each topic's subscriptions together when neither the topic nor its namespace
+            sets one (Pulsar ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte``; 0: off, the default).
+        dispatch_throttling_rate_per_subscription_in_msg, dispatch_throttling_rate_per_subscribe_in_byte: the
+            same for each subscription (``dispatchThrottlingRatePerSubscriptionInMsg`` /
+            ``dispatchThrottlingRatePerSubscribeInByte``).
+        max_publish_rate_per_topic_in_messages, max_publish_rate_per_topic_in_bytes: the publish rate (per
+            second) of each topic whose topic and namespace set none (``maxPublishRatePerTopicInMessages`` /
+            ``...InBytes``; 0: off). Topic policies beat namespace policies, which beat these six.
         max_message_size_bytes: larger messages are refused (Pulsar ``maxMessageSize``).
         max_partitions_per_topic: the largest partition count a partitioned topic may have.
         load_report_interval_ms: how often the load report under ``/brokers/<id>`` is refreshed (when it
@@ -143,6 +159,12 @@ class BrokerConfig:
     delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
     delete_inactive_topics_max_inactive_duration_ms: int = 60_000
     compaction_monitor_interval_ms: int = 60_000
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscribe_in_byte: int = 0
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
     max_message_size_bytes: int = 5 * _MiB
     max_partitions_per_topic: int = 4096
     load_report_interval_ms: int = 5000
@@ -301,6 +323,7 @@ class BrokerConfig:
         if self.delete_inactive_topics_mode not in _INACTIVE_TOPIC_DELETE_MODES:
             raise ConfigError(f"delete_inactive_topics_mode must be one of {', '.join(_INACTIVE_TOPIC_DELETE_MODES)}, "
                               f"not {self.delete_inactive_topics_mode!r}")
+        self._validate_rate_limits()
         self._validate_load_balancer()
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
@@ -313,6 +336,14 @@ class BrokerConfig:
             raise ConfigError(f"default_namespace_bundles must be at most 1024, not {self.default_namespace_bundles}")
         if self.max_partitions_per_topic > 1 << 20:
             raise ConfigError(f"max_partitions_per_topic must be at most {1 << 20}")
+
+    def _validate_rate_limits(self) -> None:
+        for name in _RATE_LIMIT_SETTINGS:
+            value = getattr(self, name)
+            maximum = _INT64_MAX if name.endswith(("_byte", "_bytes")) else _INT32_MAX
+            if not 0 <= value <= maximum:
+                raise ConfigError(f"{name} must be 0 (off) or a positive rate per second up to {maximum}, "
+                                  f"not {value}")
 
     def _validate_load_balancer(self) -> None:
         if self.load_balancer_namespace_maximum_bundles > 1024:

@@ -183,6 +183,10 @@ class BrokerProcess:
                         backlog_quota_default_limit_bytes=c.backlog_quota_default_limit_bytes,
                         backlog_quota_default_limit_s=c.backlog_quota_default_limit_s,
                         backlog_quota_default_policy=c.backlog_quota_default_policy)
+        settings.update({name: getattr(c, name) for name in (  # broker-wide default rate limits
+            "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
+            "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscribe_in_byte",
+            "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes")})
         self.service = BrokerService(
             config=ServiceConfig(**settings),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,

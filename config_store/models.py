@@ -425,6 +425,12 @@ class TopicPolicies:
     delayed_delivery_tick_time_ms: int | None = None
     delayed_delivery_max_delay_ms: int | None = None
     compaction_threshold: int | None = None
+    publish_rate: PublishRate | None = None  # Pulsar publishRate (one rate, not per cluster)
+    dispatch_rate: DispatchRate | None = None  # Pulsar dispatchRate: the topic's subscriptions together
+    subscription_dispatch_rate: DispatchRate | None = None  # Pulsar subscriptionDispatchRate: each subscription
+    inactive_topic_policies: InactiveTopicPolicies | None = None
+    schema_compatibility_strategy: str | None = None  # UNDEFINED counts as not set, as in Pulsar
+    schema_validation_enforced: bool | None = None
 
     def is_empty(self) -> bool:
         """True when nothing is set at topic level (every field None)."""
@@ -438,7 +444,15 @@ class TopicPolicies:
         for key, value in (("delayedDeliveryEnabled", self.delayed_delivery_enabled),
                            ("delayedDeliveryTickTimeMillis", self.delayed_delivery_tick_time_ms),
                            ("delayedDeliveryMaxDelayInMillis", self.delayed_delivery_max_delay_ms),
-                           ("compactionThreshold", self.compaction_threshold)):
+                           ("compactionThreshold", self.compaction_threshold),
+                           ("publishRate", None if self.publish_rate is None else self.publish_rate.to_dict()),
+                           ("dispatchRate", None if self.dispatch_rate is None else self.dispatch_rate.to_dict()),
+                           ("subscriptionDispatchRate", None if self.subscription_dispatch_rate is None
+                            else self.subscription_dispatch_rate.to_dict()),
+                           ("inactiveTopicPolicies", None if self.inactive_topic_policies is None
+                            else self.inactive_topic_policies.to_dict()),
+                           ("schemaCompatibilityStrategy", self.schema_compatibility_strategy),
+                           ("schemaValidationEnforced", self.schema_validation_enforced)):
             if value is not None:
                 fields[key] = value
         return _dumps("TopicPolicies", fields)
@@ -453,7 +467,22 @@ class TopicPolicies:
                                                         nullable=True),
                    delayed_delivery_max_delay_ms=_field(k, o, "delayedDeliveryMaxDelayInMillis", int, None,
                                                         nullable=True),
-                   compaction_threshold=_field(k, o, "compactionThreshold", int, None, nullable=True))
+                   compaction_threshold=_field(k, o, "compactionThreshold", int, None, nullable=True),
+                   publish_rate=_optional_object(k, o, "publishRate", PublishRate.from_dict),
+                   dispatch_rate=_optional_object(k, o, "dispatchRate", DispatchRate.from_dict),
+                   subscription_dispatch_rate=_optional_object(k, o, "subscriptionDispatchRate",
+                                                               DispatchRate.from_dict),
+                   inactive_topic_policies=_optional_object(k, o, "inactiveTopicPolicies",
+                                                            InactiveTopicPolicies.from_dict),
+                   schema_compatibility_strategy=_topic_schema_strategy(k, o),
+                   schema_validation_enforced=_field(k, o, "schemaValidationEnforced", bool, None, nullable=True))
+
+
+def _topic_schema_strategy(kind: str, obj: dict[str, Any]) -> str | None:
+    value = _field(kind, obj, "schemaCompatibilityStrategy", str, None, nullable=True)
+    if value is not None and value not in SCHEMA_COMPATIBILITY_STRATEGIES:
+        raise InvalidMetadataError(f"{kind}: unknown schemaCompatibilityStrategy {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

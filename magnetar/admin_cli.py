@@ -19,8 +19,9 @@ import typer
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
 from magnetar.admin_namespace_policies_cli import add_namespace_policy_commands
-from magnetar.admin_rate_limits_cli import add_rate_limit_commands
+from magnetar.admin_rate_limits_cli import add_rate_limit_commands, add_topic_rate_limit_commands
 from magnetar.admin_schemas_cli import schemas_app
+from magnetar.admin_topic_policies_cli import add_topic_policy_commands
 from magnetar.admin_topics_cli import topics_app
 
 admin_app = typer.Typer(help="Administer tenants, namespaces, topics and clusters over the admin REST API.",
@@ -33,7 +34,9 @@ for _sub, _name in ((clusters_app, "clusters"), (tenants_app, "tenants"), (names
                     (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas")):
     admin_app.add_typer(_sub, name=_name)
 add_rate_limit_commands(namespaces_app)
+add_topic_rate_limit_commands(topics_app)
 add_namespace_policy_commands(namespaces_app)
+add_topic_policy_commands(topics_app)
 
 
 # ---------------------------------------------------------------------------------------------- clusters

@@ -38,7 +38,7 @@ def parse_size_bytes(text: str, what: str) -> int:
     return int(match.group(1)) * _UNIT_BYTES[(match.group(2) or "").lower()]
 
 
-def _exactly_one(enable: bool, disable: bool, suffix: str) -> bool:
+def exactly_one(enable: bool, disable: bool, suffix: str) -> bool:
     if enable == disable:
         typer.secho(f"error: give exactly one of --enable{suffix} and --disable{suffix}", fg=typer.colors.RED,
                     err=True)
@@ -62,7 +62,7 @@ def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
         url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
     ) -> None:
         """Set a namespace's delayed-delivery policy (overrides the broker's settings)."""
-        active = _exactly_one(enable, disable, "")
+        active = exactly_one(enable, disable, "")
         body = {"active": active, "tickTime": parse_duration_ms(tick, "--time"),
                 "maxDeliveryDelayInMillis": parse_duration_ms(max_delay, "--maxDelay")}
         call(url, data_dir, "POST", f"/admin/v2/namespaces/{namespace_path(namespace)}/delayedDelivery", body)
@@ -98,7 +98,7 @@ def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
         url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
     ) -> None:
         """Set when a namespace's inactive topics are deleted (overrides the broker's settings)."""
-        on = _exactly_one(enable, disable, "-delete-while-inactive")
+        on = exactly_one(enable, disable, "-delete-while-inactive")
         if mode not in DELETE_MODES:
             raise typer.BadParameter(f"--delete-mode must be one of {', '.join(DELETE_MODES)}, not {mode!r}")
         seconds = parse_duration_ms(max_inactive, "--max-inactive-duration") // 1000

@@ -1,10 +1,17 @@
-"""Inactive-topic policies over REST, at Pulsar's path and with its JSON (``InactiveTopicPolicies``:
+"""Inactive-topic policies over REST, at Pulsar's paths and with its JSON (``InactiveTopicPolicies``:
 ``inactiveTopicDeleteMode``, ``maxInactiveDurationSeconds``, ``deleteWhileInactive``):
-``POST|GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/inactiveTopicPolicies``.
 
-GET answers ``null`` when none is set (the broker's ``delete_inactive_topics_*`` settings apply). Every field
-is required, as pulsar-admin always sends all three; a malformed body is a 400 naming the field and nothing
-is stored; an unknown namespace is a 404. The semantics are in ``broker/service/inactive_topics.py``.
+* ``POST|GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/inactiveTopicPolicies``: the namespace's
+  (GET answers ``null`` when none is set: the broker's ``delete_inactive_topics_*`` settings apply);
+* ``POST|GET|DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/inactiveTopicPolicies``: the topic's own
+  (``TopicPolicies.inactiveTopicPolicies``; a partitioned topic's cover its partitions), replacing its
+  namespace's as a whole; GET ``?applied=true`` answers what applies (topic, else namespace, else broker).
+  The topic must exist (404), or have policies of its own; non-persistent topics are refused (405): they
+  unload themselves when idle and store nothing to delete.
+
+Every field is required, as pulsar-admin always sends all three; a malformed body is a 400 naming the field
+and nothing is stored; an unknown namespace is a 404. Brokers apply changes to loaded topics at the next check
+(through the policies watches); the semantics are in ``broker/service/inactive_topics.py``.
 """
 
 from __future__ import annotations
@@ -13,18 +20,25 @@ from typing import Any
 
 from aiohttp import web
 
-from config_store import InactiveTopicPolicies, Policies
+from config_store import InactiveTopicPolicies, Policies, TopicPolicies
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES
+from magnetar.topic_name import TopicName
 
-from .body import expect_bool, expect_int, expect_object, read_json
-from .errors import bad_request
+from ..service import inactive_topics
+from ..service.config import ServiceConfig
+from .body import expect_bool, expect_int, expect_object, query_bool, read_json, topic_of
+from .context import AdminContext
+from .errors import RestError, bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
+from .namespace_args import policies_owner, topic_policy_scope, update_topic_policies
 from .namespace_args import update_namespace as _update
 
 routes = web.RouteTableDef()
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}/inactiveTopicPolicies"
+T = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}/inactiveTopicPolicies"
+_TOPIC_SEGMENT = 6  # ['', 'admin', 'v2', domain, tenant, namespace, topic, ...]
 _INT32_MAX = (1 << 31) - 1
 _FIELDS = ("inactiveTopicDeleteMode", "maxInactiveDurationSeconds", "deleteWhileInactive")
 
@@ -79,4 +93,54 @@ async def remove_inactive_topic_policies(request: web.Request) -> web.Response:
         return p
 
     await _update(request.app[CONTEXT], tenant, namespace, apply)
+    return web.Response(status=204)
+
+
+# ---------------------------------------------------------------------------------------------- topics
+
+
+async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, Policies, TopicPolicies | None]:
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    if not topic.persistent:
+        raise RestError(405, f"Topic {topic} is non-persistent: it unloads itself when idle and stores nothing, so "
+                             "inactive-topic policies do not apply to it")
+    namespace_policies, own = await topic_policy_scope(ctx, topic)
+    return ctx, topic, namespace_policies, own
+
+
+async def _set_topic(ctx: AdminContext, topic: TopicName, policies: InactiveTopicPolicies | None) -> None:
+    def apply(p: TopicPolicies) -> TopicPolicies:
+        p.inactive_topic_policies = policies
+        return p
+
+    await update_topic_policies(ctx, policies_owner(topic), apply)
+
+
+@routes.get(T)
+async def get_topic_inactive_topic_policies(request: web.Request) -> web.Response:
+    """The topic's own policies (``null`` when none is set); with ``applied=true`` what applies."""
+    ctx, _, namespace_policies, own = await _topic_scope(request)
+    if query_bool(request, "applied"):
+        config = getattr(ctx.service, "config", None) or ServiceConfig()  # no service: the defaults
+        enabled, mode, max_inactive_s = inactive_topics.resolve(config, namespace_policies, own)
+        return web.json_response(InactiveTopicPolicies(mode, int(max_inactive_s), enabled).to_dict())
+    policies = None if own is None else own.inactive_topic_policies
+    return web.json_response(None if policies is None else policies.to_dict())
+
+
+@routes.post(T)
+async def set_topic_inactive_topic_policies(request: web.Request) -> web.Response:
+    policies = parse_inactive_topic_policies(await read_json(request))
+    ctx, topic, _, _ = await _topic_scope(request)
+    await _set_topic(ctx, topic, policies)
+    return web.Response(status=204)
+
+
+@routes.delete(T)
+async def remove_topic_inactive_topic_policies(request: web.Request) -> web.Response:
+    """Removes the topic's own policies: its namespace's (else the broker's) apply again (204 whether or not
+    set)."""
+    ctx, topic, _, _ = await _topic_scope(request)
+    await _set_topic(ctx, topic, None)
     return web.Response(status=204)

@@ -1,5 +1,6 @@
 """What policy routes share: the ``{tenant}/{namespace}`` of a path, checked; compare-and-set updates of a
-namespace's or a topic's own policies that answer 404 for a namespace that does not exist."""
+namespace's or a topic's own policies that answer 404 for a namespace that does not exist; whether a topic
+exists."""
 
 from __future__ import annotations
 
@@ -63,3 +64,33 @@ def policies_owner(topic: TopicName) -> TopicName:
     """The name whose policies a topic follows: a partition follows its partitioned topic (as the broker reads
     them)."""
     return topic.base if topic.is_partition else topic
+
+
+async def topic_exists(ctx: AdminContext, topic: TopicName) -> bool:
+    """Whether ``topic`` is loaded here or stored in this region (persistent topics)."""
+    if ctx.service is not None and str(topic) in ctx.service.topics():
+        return True
+    if topic.persistent and ctx.ml_factory is not None:
+        return bool(await ctx.ml_factory.exists(topic.path))
+    return False
+
+
+async def require_topic(ctx: AdminContext, topic: TopicName) -> None:
+    """404 unless ``topic`` exists: a partitioned topic (for a partition: one of its partitioned topic's), or
+    a topic loaded or stored; as Pulsar checks before a topic-level policy is set."""
+    owner = policies_owner(topic)
+    count = await ctx.partitions(owner)
+    if count > (topic.partition_index if topic.is_partition else 0) or await topic_exists(ctx, topic):
+        return
+    raise not_found(f"Topic {topic} does not exist")
+
+
+async def topic_policy_scope(ctx: AdminContext, topic: TopicName) -> tuple[Policies, Optional[TopicPolicies]]:
+    """For a topic-level policy call: the namespace's policies (404 without namespace) and the topic's own
+    (None when none are set, a partition reading its partitioned topic's). 404 unless the topic exists or has
+    policies of its own (a topic deleted since keeps them: they can still be read, changed and removed)."""
+    namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
+    own = await own_topic_policies(ctx, policies_owner(topic))
+    if own is None:
+        await require_topic(ctx, topic)
+    return namespace_policies, own

@@ -3,20 +3,28 @@
 * ``GET /admin/v2/schemas/{tenant}/{namespace}/{topic}/schema`` — the latest version
   (``{"version", "type", "timestamp", "data", "properties"}``); ``GET .../schema/{version}`` — that version;
   ``GET .../schemas`` — every live version (``{"getSchemaResponses": [...]}``);
-* ``POST .../schema`` (``{"type", "schema", "properties"}``) — adds a version under the namespace's strategy
-  (answers ``{"version": {"version": N}}``; an identical schema answers its existing version);
+* ``POST .../schema`` (``{"type", "schema", "properties"}``) — adds a version under the topic's strategy (its
+  own, else its namespace's; answers ``{"version": {"version": N}}``; an identical schema answers its existing
+  version);
   ``DELETE .../schema[?force=true]`` — deletes it (a deletion marker; ``force``: every version);
 * ``POST .../compatibility`` (same body) — ``{"compatibility": bool, "schemaCompatibilityStrategy": ...}``,
   storing nothing; ``POST .../version`` (same body) — ``{"version": N}`` of an identical live version;
 * ``GET|PUT /admin/v2/namespaces/{tenant}/{namespace}/schemaCompatibilityStrategy`` (a JSON string),
-  ``GET|POST .../isAllowAutoUpdateSchema`` and ``GET|POST .../schemaValidationEnforced`` (booleans).
+  ``GET|POST .../isAllowAutoUpdateSchema`` and ``GET|POST .../schemaValidationEnforced`` (booleans);
+* ``GET|PUT|DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/schemaCompatibilityStrategy`` (a JSON
+  string) and ``GET|POST|DELETE .../schemaValidationEnforced`` (a boolean): the topic's own
+  (``TopicPolicies``; a partitioned topic's cover its partitions), overriding its namespace's for PRODUCER,
+  SUBSCRIBE and the uploads above (which use the persistent topic's, the schema being shared by both
+  domains); GET answers ``null`` when none is set, ``?applied=true`` what applies. The topic must exist (404)
+  or have policies of its own; UNDEFINED means "the namespace's", as in Pulsar. Non-persistent topics are
+  refused (405): they follow their namespace's.
 
 ``{topic}`` is the topic's local name (URL-encoded); partitions share their partitioned topic's schema and the
 domain takes no part, as in Pulsar. The registry is global, so any broker answers (no redirect to the owner).
 A malformed body is a 400 naming the field; an invalid definition a 422 and an incompatible one a 409 (as
-Pulsar); an unknown namespace, schema or version a 404. Nothing is stored when a call fails. Unlike Pulsar,
-``compatibility`` answers ``false`` (200) for an incompatible schema rather than an error, with the reason
-in ``reason``.
+Pulsar); an unknown namespace, topic (topic policies), schema or version a 404. Nothing is stored when a call
+fails. Unlike Pulsar, ``compatibility`` answers ``false`` (200) for an incompatible schema rather than an
+error, with the reason in ``reason``.
 """
 
 from __future__ import annotations
@@ -25,32 +33,32 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from broker.schema import IncompatibleSchemaError, SchemaData, SchemaDefaults, SchemaRegistry
+from broker.schema import IncompatibleSchemaError, SchemaData, SchemaDefaults, SchemaRegistry, Strategy
 from broker.schema.types import TYPE_PROTO_NUMBERS, UNSTORED_TYPES
-from config_store import Policies, SchemaStore
+from config_store import Policies, SchemaStore, TopicPolicies
 from config_store.models import SCHEMA_COMPATIBILITY_STRATEGIES
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from .body import expect_bool, expect_object, expect_str, path_int, query_bool, read_json
+from .body import expect_bool, expect_object, expect_str, path_int, query_bool, read_json, topic_of
 from .context import AdminContext
-from .errors import bad_request, not_found
+from .errors import RestError, bad_request, not_found
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import update_namespace
+from .namespace_args import own_topic_policies, policies_owner, topic_policy_scope, update_namespace
+from .namespace_args import update_topic_policies
 
 
 routes = web.RouteTableDef()
 
 S = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
-_TOPIC_SEGMENT = 6  # ['', 'admin', 'v2', 'schemas', tenant, namespace, topic, ...]
+TP = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}"
+_TOPIC_SEGMENT = 6  # ['', 'admin', 'v2', 'schemas', tenant, namespace, topic, ...]; the same index in TP
 DEFAULTS = SchemaDefaults()
 _TYPE_NAMES = sorted(set(TYPE_PROTO_NUMBERS) | UNSTORED_TYPES)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
 
 
 def _topic(request: web.Request) -> TopicName:
@@ -72,6 +80,18 @@ async def _context(request: web.Request) -> tuple[AdminContext, TopicName, Polic
     ctx = request.app[CONTEXT]
     topic = _topic(request)
     return ctx, topic, await ctx.policies(topic.tenant, topic.namespace_portion)
+
+
+async def _strategy(ctx: AdminContext, topic: TopicName, policies: Policies) -> Strategy:
+    """The strategy uploads to ``topic`` are checked with: its own, else its namespace's, else the default."""
+    return DEFAULTS.policy(policies, await own_topic_policies(ctx, policies_owner(topic))).strategy
+
+
+def _parse_strategy(value: Any) -> str:
+    """A strategy name from a request body (a JSON string); 400 otherwise."""
+    if not isinstance(value, str) or value not in SCHEMA_COMPATIBILITY_STRATEGIES:
+        raise bad_request(f"the strategy must be one of {', '.join(SCHEMA_COMPATIBILITY_STRATEGIES)}, got {value!r}")
+    return value
 
 
 def parse_payload(body: Any) -> SchemaData:
@@ -127,7 +147,7 @@ async def get_all_schemas(request: web.Request) -> web.Response:
 async def post_schema(request: web.Request) -> web.Response:
     schema = parse_payload(await read_json(request))
     ctx, topic, policies = await _context(request)
-    version = await _registry(ctx).put_if_absent(topic, schema, DEFAULTS.policy(policies).strategy)
+    version = await _registry(ctx).put_if_absent(topic, schema, await _strategy(ctx, topic, policies))
     return web.json_response({"version": {"version": version}})
 
 
@@ -143,7 +163,7 @@ async def delete_schema(request: web.Request) -> web.Response:
 async def test_compatibility(request: web.Request) -> web.Response:
     schema = parse_payload(await read_json(request))
     ctx, topic, policies = await _context(request)
-    strategy = DEFAULTS.policy(policies).strategy
+    strategy = await _strategy(ctx, topic, policies)
     answer: dict[str, Any] = {"compatibility": True, "schemaCompatibilityStrategy": strategy.value}
     try:
         await _registry(ctx).check_compatibility(topic, schema, strategy)
@@ -184,9 +204,7 @@ async def get_strategy(request: web.Request) -> web.Response:
 async def set_strategy(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
-    value = await read_json(request)
-    if not isinstance(value, str) or value not in SCHEMA_COMPATIBILITY_STRATEGIES:
-        raise bad_request(f"the strategy must be one of {', '.join(SCHEMA_COMPATIBILITY_STRATEGIES)}, got {value!r}")
+    value = _parse_strategy(await read_json(request))
 
     def apply(p: Policies) -> None:
         p.schema_compatibility_strategy = value
@@ -232,3 +250,89 @@ async def set_validation_enforced(request: web.Request) -> web.Response:
     await _update(ctx, tenant, namespace, apply)
     return web.Response(status=204)
 
+
+# ---------------------------------------------------------------------------------------------- topic policies
+
+
+async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, Policies, TopicPolicies | None]:
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, _TOPIC_SEGMENT)
+    if not topic.persistent:
+        raise RestError(405, f"Topic {topic} is non-persistent: topic-level schema policies are served for "
+                             "persistent topics only (a non-persistent topic follows its namespace's)")
+    namespace_policies, own = await topic_policy_scope(ctx, topic)
+    return ctx, topic, namespace_policies, own
+
+
+async def _set_topic(ctx: AdminContext, topic: TopicName, fn: Callable[[TopicPolicies], None]) -> None:
+    def apply(p: TopicPolicies) -> TopicPolicies:
+        fn(p)
+        return p
+
+    await update_topic_policies(ctx, policies_owner(topic), apply)
+
+
+@routes.get(TP + "/schemaCompatibilityStrategy")
+async def get_topic_strategy(request: web.Request) -> web.Response:
+    """The topic's own strategy (``null`` when none is set); with ``applied=true`` the one that applies."""
+    _, _, namespace_policies, own = await _topic_scope(request)
+    if query_bool(request, "applied"):
+        return web.json_response(DEFAULTS.policy(namespace_policies, own).strategy.value)
+    return web.json_response(None if own is None else own.schema_compatibility_strategy)
+
+
+@routes.put(TP + "/schemaCompatibilityStrategy")
+async def set_topic_strategy(request: web.Request) -> web.Response:
+    value = _parse_strategy(await read_json(request))
+    ctx, topic, _, _ = await _topic_scope(request)
+
+    def apply(p: TopicPolicies) -> None:
+        p.schema_compatibility_strategy = value
+
+    await _set_topic(ctx, topic, apply)
+    return web.Response(status=204)
+
+
+@routes.delete(TP + "/schemaCompatibilityStrategy")
+async def remove_topic_strategy(request: web.Request) -> web.Response:
+    """Removes the topic's own strategy: its namespace's applies again (204 whether or not one was set)."""
+    ctx, topic, _, _ = await _topic_scope(request)
+
+    def apply(p: TopicPolicies) -> None:
+        p.schema_compatibility_strategy = None
+
+    await _set_topic(ctx, topic, apply)
+    return web.Response(status=204)
+
+
+@routes.get(TP + "/schemaValidationEnforced")
+async def get_topic_validation_enforced(request: web.Request) -> web.Response:
+    """The topic's own flag (``null`` when none is set); with ``applied=true`` the one that applies."""
+    _, _, namespace_policies, own = await _topic_scope(request)
+    if query_bool(request, "applied"):
+        return web.json_response(DEFAULTS.policy(namespace_policies, own).validation_enforced)
+    return web.json_response(None if own is None else own.schema_validation_enforced)
+
+
+@routes.post(TP + "/schemaValidationEnforced")
+async def set_topic_validation_enforced(request: web.Request) -> web.Response:
+    value = expect_bool(await read_json(request), "the schemaValidationEnforced flag")
+    ctx, topic, _, _ = await _topic_scope(request)
+
+    def apply(p: TopicPolicies) -> None:
+        p.schema_validation_enforced = value
+
+    await _set_topic(ctx, topic, apply)
+    return web.Response(status=204)
+
+
+@routes.delete(TP + "/schemaValidationEnforced")
+async def remove_topic_validation_enforced(request: web.Request) -> web.Response:
+    """Removes the topic's own flag: its namespace's applies again (204 whether or not one was set)."""
+    ctx, topic, _, _ = await _topic_scope(request)
+
+    def apply(p: TopicPolicies) -> None:
+        p.schema_validation_enforced = None
+
+    await _set_topic(ctx, topic, apply)
+    return web.Response(status=204)

@@ -24,7 +24,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
 from .fanout import PartitionAnswer, fan_out, judge, partition_calls
 from .keys import CONTEXT
-from .namespace_args import own_topic_policies, update_topic_policies
+from .namespace_args import own_topic_policies, topic_exists, update_topic_policies
 from .partition_growth import copy_subscriptions
 from .replication import check_clusters, replication_clusters
 
@@ -64,14 +64,6 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str, domai
         prefix = f"{domain}://{tenant}/{namespace}/"
         found.update(t for t in ctx.service.topics() if t.startswith(prefix))
     return sorted(found)
-
-
-async def topic_exists(ctx: AdminContext, topic: TopicName) -> bool:
-    if ctx.service is not None and str(topic) in ctx.service.topics():
-        return True
-    if topic.persistent and ctx.ml_factory is not None:
-        return bool(await ctx.ml_factory.exists(topic.path))
-    return False
 
 
 async def _served_topic(request: web.Request, *, create: bool = False) -> tuple[AdminContext, TopicName, Any]:

@@ -13,12 +13,13 @@ served, matched and checked against.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from config_store import NodeExistsError, Policies, SchemaStore, StoredSchema
+from config_store import NodeExistsError, Policies, SchemaStore, StoredSchema, TopicPolicies
 from magnetar.topic_name import TopicName
 
 from . import compatibility
@@ -36,7 +37,7 @@ AUTO_UPDATE_DISABLED = "Schema not found and schema auto updating is disabled."
 
 @dataclass(frozen=True)
 class SchemaPolicy:
-    """What applies to one topic's schemas (its namespace's policies over the broker's defaults)."""
+    """What applies to one topic's schemas (its own policies over its namespace's over the broker's defaults)."""
 
     strategy: Strategy = DEFAULT_STRATEGY
     allow_auto_update: bool = True
@@ -52,13 +53,23 @@ class SchemaDefaults:
     allow_auto_update: bool = True
     validation_enforced: bool = False
 
-    def policy(self, policies: Optional[Policies]) -> SchemaPolicy:
+    def policy(self, policies: Optional[Policies], topic_policies: Optional[TopicPolicies] = None) -> SchemaPolicy:
+        """The policy of a topic in a namespace with ``policies``: the topic's own strategy / validation flag
+        (``topic_policies``; a partitioned topic's cover its partitions) when set and not UNDEFINED, else the
+        namespace's, else these defaults (as Pulsar's ``PolicyHierarchyValue``)."""
         if policies is None:
-            return SchemaPolicy(self.strategy, self.allow_auto_update, self.validation_enforced)
-        allow = policies.is_allow_auto_update_schema
-        return SchemaPolicy(strategy=effective_strategy(policies.schema_compatibility_strategy, self.strategy),
-                            allow_auto_update=self.allow_auto_update if allow is None else allow,
-                            validation_enforced=self.validation_enforced or policies.schema_validation_enforced)
+            found = SchemaPolicy(self.strategy, self.allow_auto_update, self.validation_enforced)
+        else:
+            allow = policies.is_allow_auto_update_schema
+            found = SchemaPolicy(strategy=effective_strategy(policies.schema_compatibility_strategy, self.strategy),
+                                 allow_auto_update=self.allow_auto_update if allow is None else allow,
+                                 validation_enforced=self.validation_enforced or policies.schema_validation_enforced)
+        if topic_policies is None:
+            return found
+        enforced = topic_policies.schema_validation_enforced
+        return dataclasses.replace(
+            found, strategy=effective_strategy(topic_policies.schema_compatibility_strategy, found.strategy),
+            validation_enforced=found.validation_enforced if enforced is None else enforced)
 
 
 def schema_key(topic: TopicName) -> tuple[str, str, str]:

@@ -61,6 +61,11 @@ class ServiceConfig:
         compaction_monitor_interval_s: how often the owner compacts topics whose namespace or topic policy
             sets a ``compaction_threshold`` their uncompacted backlog exceeds (Pulsar
             ``brokerServiceCompactionMonitorIntervalInSeconds``; ``compaction_monitor.py``).
+        dispatch_throttling_rate_per_topic_in_msg, dispatch_throttling_rate_per_topic_in_byte,
+        dispatch_throttling_rate_per_subscription_in_msg, dispatch_throttling_rate_per_subscribe_in_byte,
+        max_publish_rate_per_topic_in_messages, max_publish_rate_per_topic_in_bytes: the broker's default rate
+            limits per second (Pulsar's names; 0: off), for topics whose topic and namespace policies set
+            none (``rate_policy.py``).
         server_version: announced in CONNECTED.
     """
 
@@ -94,4 +99,10 @@ class ServiceConfig:
     backlog_quota_default_limit_s: int = -1
     backlog_quota_default_policy: str = "producer_request_hold"
     compaction_monitor_interval_s: float = 60.0
+    dispatch_throttling_rate_per_topic_in_msg: int = 0
+    dispatch_throttling_rate_per_topic_in_byte: int = 0
+    dispatch_throttling_rate_per_subscription_in_msg: int = 0
+    dispatch_throttling_rate_per_subscribe_in_byte: int = 0
+    max_publish_rate_per_topic_in_messages: int = 0
+    max_publish_rate_per_topic_in_bytes: int = 0
     server_version: str = "Magnetar 0.1"

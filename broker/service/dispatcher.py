@@ -268,8 +268,7 @@ class Dispatcher:
         """Entries to read for ``permits`` messages (no more than the rate limits allow now), given the
         average batch size seen so far."""
         limits = self._dispatch_limits()
-        allowance = limits.dispatch_allowance(self.subscription.name) if limits is not None else None
-        if allowance is not None:
-            permits = min(permits, max(allowance, 1))
+        if limits is not None:
+            permits = limits.dispatch_allowance(self.subscription.name, permits)
         avg = max(avg_messages_per_entry, 1.0)
         return max(1, min(self.config.dispatcher_max_read_batch, int(permits / avg) or 1))

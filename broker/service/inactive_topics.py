@@ -15,11 +15,15 @@ meanwhile). Partitions are deleted one by one like any topic, as Pulsar does; a 
 metadata stays (Pulsar keeps it too unless ``brokerDeleteInactivePartitionedTopicMetadataEnabled``), so a
 producer recreates the partition. Non-persistent topics are not concerned: they vanish when unloaded.
 
-Which settings apply: the namespace's ``inactive_topic_policies`` (``deleteWhileInactive``,
-``inactiveTopicDeleteMode``, ``maxInactiveDurationSeconds``) when set, else the broker's
-``delete_inactive_topics_*``. Departure from Pulsar: the broker default is *off*
-(``brokerDeleteInactiveTopicsEnabled`` is true in Pulsar): deleting a user's topic a minute after its last
-client left surprises more than it helps. Turn it on in broker.toml or per namespace.
+Which settings apply: the topic's own ``inactiveTopicPolicies`` (``TopicPolicies``; a partitioned topic's
+cover its partitions) when set, else the namespace's ``inactive_topic_policies`` (``deleteWhileInactive``,
+``inactiveTopicDeleteMode``, ``maxInactiveDurationSeconds``), else the broker's ``delete_inactive_topics_*``.
+As in Pulsar the three fields go together: the most specific level that sets the policy decides all three.
+Changes reach loaded topics through the policies watches and count from the next check.
+
+Departure from Pulsar: the broker default is *off* (``brokerDeleteInactiveTopicsEnabled`` is true in Pulsar):
+deleting a user's topic a minute after its last client left surprises more than it helps. Turn it on in
+broker.toml, per namespace or per topic.
 
 Only loaded topics are checked (as in Pulsar): a topic nobody looked up since the broker started is not.
 The check runs whatever the broker setting, so that a namespace policy can switch deletion on (Pulsar runs
@@ -50,11 +54,14 @@ class InactiveSettings(NamedTuple):
     max_inactive_s: float
 
 
-def resolve(config: Any, namespace_policies: Any = None) -> InactiveSettings:
-    """The namespace's ``inactive_topic_policies`` when set, else the broker's settings."""
-    ns = getattr(namespace_policies, "inactive_topic_policies", None)
-    if ns is not None:
-        return InactiveSettings(ns.delete_while_inactive, ns.delete_mode, float(ns.max_inactive_duration_s))
+def resolve(config: Any, namespace_policies: Any = None, topic_policies: Any = None) -> InactiveSettings:
+    """The topic's own ``inactive_topic_policies`` when set, else the namespace's, else the broker's settings."""
+    chosen = getattr(topic_policies, "inactive_topic_policies", None)
+    if chosen is None:
+        chosen = getattr(namespace_policies, "inactive_topic_policies", None)
+    if chosen is not None:
+        return InactiveSettings(chosen.delete_while_inactive, chosen.delete_mode,
+                                float(chosen.max_inactive_duration_s))
     return InactiveSettings(config.delete_inactive_topics_enabled, config.delete_inactive_topics_mode,
                             float(config.delete_inactive_topics_max_inactive_duration_s))
 
@@ -125,7 +132,7 @@ class InactiveTopicMonitor(PeriodicCheck):
         return deleted
 
     def _settings(self, topic: "Topic") -> InactiveSettings:
-        return resolve(self.config, topic.policies)
+        return resolve(self.config, topic.policies, getattr(topic, "own_topic_policies", None))
 
     def _inactive_long_enough(self, topic: "Topic", now: float) -> bool:
         seen = self._last_active.get(topic.name)

@@ -24,6 +24,14 @@ _TOPIC_LABELS = ["cluster", "namespace", "topic"]
 _SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
 _REPL_LABELS = ["cluster", "namespace", "topic", "remote_cluster"]
 _QUOTA_LABELS = ["cluster", "namespace", "topic", "quota_type"]
+_THROTTLE_LABELS = ["cluster", "namespace", "topic", "subscription", "reason"]
+# Pulsar's dispatch throttling series (reason: the limit that throttled): (metric, help, dimension of the stats)
+_DISPATCH_THROTTLED_SERIES = (
+    ("pulsar_subscription_dispatch_throttled_msg_events", "Times a dispatch rate's message limit throttled the "
+     "subscription, by the limit's level", "Msg"),
+    ("pulsar_subscription_dispatch_throttled_bytes_events", "Times a dispatch rate's byte limit throttled the "
+     "subscription, by the limit's level", "Bytes"),
+)
 # Pulsar's backlog quota series: (metric, help, key of the topic stats)
 _BACKLOG_QUOTA_SERIES = (
     ("pulsar_storage_backlog_size", "Estimated bytes of the largest subscription backlog", "backlogSize"),
@@ -99,6 +107,14 @@ class ServiceCollector(Collector):
         q = {metric: GaugeMetricFamily(metric, text, labels=_TOPIC_LABELS) for metric, text, _ in _BACKLOG_QUOTA_SERIES}
         evictions = CounterMetricFamily("pulsar_storage_backlog_quota_exceeded_evictions",
                                         "Times a backlog over its quota was evicted", labels=_QUOTA_LABELS)
+        publish_limited = GaugeMetricFamily("pulsar_publish_rate_limit_times", "Times the publish rate limit "
+                                            "throttled the topic's producers in the current stats window",
+                                            labels=_TOPIC_LABELS)
+        publish_limited_total = CounterMetricFamily("magnetar_publish_rate_limited", "Times the publish rate "
+                                                    "limit throttled the topic's producers since it loaded",
+                                                    labels=_TOPIC_LABELS)
+        throttled = {metric: GaugeMetricFamily(metric, text, labels=_THROTTLE_LABELS)
+                     for metric, text, _ in _DISPATCH_THROTTLED_SERIES}
         for name, topic in svc.topics().items():
             try:
                 st = topic.stats()
@@ -123,6 +139,8 @@ class ServiceCollector(Collector):
             lat["count"].add_metric(labels, wl.count)
             lat["sum"].add_metric(labels, wl.sum_ms)
             in_bytes.add_metric(labels, st["bytesInCounter"])
+            publish_limited.add_metric(labels, st.get("publishRateLimitedTimes", 0))
+            publish_limited_total.add_metric(labels, topic.rate_limits.publish_rate_limited_total)
             for metric, _, key in _BACKLOG_QUOTA_SERIES:
                 q[metric].add_metric(labels, st[key])
             for quota_type in QuotaType:
@@ -139,6 +157,10 @@ class ServiceCollector(Collector):
                 s["pulsar_subscription_msg_rate_redeliver"].add_metric(sl, x["msgRateRedeliver"])
                 s["pulsar_subscription_unacked_messages"].add_metric(sl, x["unackedMessages"])
                 s["pulsar_subscription_consumers_count"].add_metric(sl, len(x["consumers"]))
+                for metric, _, dim in _DISPATCH_THROTTLED_SERIES:
+                    for reason in ("subscription", "topic"):
+                        key = f"dispatchThrottled{dim}EventsBy{reason.capitalize()}Limit"
+                        throttled[metric].add_metric(sl + [reason], x.get(key, 0))
         yield from g.values()
         yield in_msgs
         yield in_bytes
@@ -147,6 +169,9 @@ class ServiceCollector(Collector):
         yield from lat.values()
         yield from q.values()
         yield evictions
+        yield publish_limited
+        yield publish_limited_total
+        yield from throttled.values()
         yield svc.publish_latency.family()
         yield from self._connections()
 

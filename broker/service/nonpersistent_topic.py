@@ -86,7 +86,7 @@ class NonPersistentTopic(TopicCommon):
     persistent = False
 
     def __init__(self, service: "BrokerService", topic_name: TopicName,
-                 policies: Optional["Policies"] = None) -> None:
+                 policies: Optional["Policies"] = None, own_topic_policies=None) -> None:
         self.service = service
         self.config = service.config
         self.topic_name = topic_name
@@ -109,8 +109,9 @@ class NonPersistentTopic(TopicCommon):
         self._tasks: set[asyncio.Task] = set()
         self._idle_since = time.monotonic()
         self._unload_requested = False
+        self.own_topic_policies = own_topic_policies  # the topic's own TopicPolicies, when any are set
         self.rate_limits = TopicRateLimits(self)  # the publish rate limit (throttle.py)
-        self.rate_limits.apply(policies, service.cluster_name)
+        self.rate_limits.refresh()
 
     def __repr__(self) -> str:
         return f"NonPersistentTopic({self.name!r}, {self.state.value})"
@@ -119,7 +120,7 @@ class NonPersistentTopic(TopicCommon):
 
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         self.policies = policies
-        self.rate_limits.apply(policies, self.service.cluster_name)  # publish rate only: nothing is read
+        self.rate_limits.refresh()  # publish rate only: nothing is read
 
     async def set_topic_replication_clusters(self, clusters: Optional[list[str]]) -> None:
         """Replication of non-persistent topics is not served: the setting is ignored."""

@@ -122,9 +122,3 @@ def _retuned(bucket: Optional[TokenBucket], permits: int, period_s: float, now_s
         return TokenBucket(permits_per_period=permits, period_s=period_s, now_s=now_s)
     bucket.set_rate(permits_per_period=permits, period_s=period_s, now_s=now_s)
     return bucket
-
-
-def min_allowance(limiters: list[RateLimiter], now_s: float) -> Optional[int]:
-    """Messages every limiter allows now (None: none limits messages)."""
-    allowed = [a for a in (lim.available_msgs(now_s) for lim in limiters) if a is not None]
-    return min(allowed) if allowed else None

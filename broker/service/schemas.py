@@ -17,8 +17,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from broker.schema import (PROTO_TYPE_NAMES, TYPE_PROTO_NUMBERS, InvalidSchemaDataError, SchemaData, SchemaDefaults,
-                           SchemaError, SchemaNotFoundError, SchemaRegistry, decode_version, encode_version,
-                           schema_id)
+                           SchemaError, SchemaNotFoundError, SchemaPolicy, SchemaRegistry, decode_version,
+                           encode_version, schema_id)
 from config_store import SchemaStore
 from magnetar.protocol import pb
 
@@ -81,6 +81,12 @@ def schema_to_proto(name: str, schema: SchemaData) -> pb.Schema:
     return out
 
 
+def policy_of(topic: Any) -> SchemaPolicy:
+    """The schema policy ``topic`` runs with now: its own policies over its namespace's over the defaults
+    (changes reach loaded topics through the policies watches, so the next PRODUCER / SUBSCRIBE sees them)."""
+    return DEFAULTS.policy(topic.policies, getattr(topic, "own_topic_policies", None))
+
+
 def _is_idle(topic: Any) -> bool:
     """No user producer, no consumer and no stored message: a consumer may then set the topic's schema."""
     if any(not getattr(p, "is_replicator", False) for p in topic.producers.values()):
@@ -109,7 +115,7 @@ async def producer_schema_version(conn: "Connection", topic: Any, cmd: pb.Comman
     if is_replicator(producer_name) and schema is None:
         return b""
     with _as_service_errors():
-        version = await registry.version_for_producer(topic.topic_name, schema, DEFAULTS.policy(topic.policies))
+        version = await registry.version_for_producer(topic.topic_name, schema, policy_of(topic))
     return encode_version(version) if version is not None else b""
 
 
@@ -123,7 +129,7 @@ async def check_subscribe_schema(conn: "Connection", topic: Any, cmd: pb.Command
     if schema is None or schema.type == "AUTO_CONSUME" or registry is None:
         return
     with _as_service_errors():
-        await registry.check_for_consumer(topic.topic_name, schema, DEFAULTS.policy(topic.policies),
+        await registry.check_for_consumer(topic.topic_name, schema, policy_of(topic),
                                           topic_idle=_is_idle(topic))
 
 
@@ -173,6 +179,6 @@ async def handle_get_or_create_schema(conn: "Connection", frame: "Frame") -> Non
         conn.send_command(Response(request_id=cmd.request_id, schema_version=_MINIMAL_VERSION))
         return
     with _as_service_errors():
-        version = await registry.version_for_producer(topic_name, schema, DEFAULTS.policy(topic.policies))
+        version = await registry.version_for_producer(topic_name, schema, policy_of(topic))
     conn.send_command(Response(request_id=cmd.request_id,
                                schema_version=encode_version(version) if version is not None else b""))

@@ -248,9 +248,10 @@ class BrokerService:
         if not topic_name.persistent:  # nothing stored: it exists only while loaded (nonpersistent_topic.py)
             if not create:
                 return None
+            own = await self._own_topic_policies(topic_name)  # the topic's publish rate, when it has one
             if self._closed:
                 raise ServiceNotReadyError("the broker is shutting down")
-            self._topics[key] = NonPersistentTopic(self, topic_name, policies)
+            self._topics[key] = NonPersistentTopic(self, topic_name, policies, own_topic_policies=own)
             log.info("[%s] loaded (non-persistent)", key)
             return self._topics[key]
         if not create and not await self.ml_factory.exists(topic_name.path):
@@ -401,6 +402,7 @@ class BrokerService:
                 loaded.topic_backlog_quotas = policies.backlog_quota_map if policies is not None else None
                 loaded.own_topic_policies = policies
                 delayed_policy.policies_changed(loaded)
+                loaded.rate_limits.refresh()
                 loaded.spawn(loaded.set_topic_replication_clusters(clusters), f"topic policies {loaded.name}")
 
     def _on_policies(self, tenant: str, namespace: str, policies) -> None:

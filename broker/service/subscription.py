@@ -564,6 +564,7 @@ class Subscription:
             "nonContiguousDeletedMessagesRanges": len(self.cursor.individually_deleted_ranges()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             "subscriptionProperties": {},
+            **self.topic.rate_limits.throttle_stats(self.name),  # dispatchThrottled*Events* (throttle.py)
         }
         if isinstance(dispatcher, KeySharedDispatcher):
             out["keySharedMode"] = pb.KeySharedMode.Name(dispatcher.mode)

@@ -1,18 +1,22 @@
 """A topic's rate limits at work (the limiters themselves are pure: ``rate_limit.py``).
 
-* Publish (namespace ``publishMaxMessageRate``): every SEND is charged to the topic's limiter after it
-  is accepted; when the limiter is exhausted the broker stops reading from the connections of the topic's
-  producers (``Connection.pause_reading``: the read loop stops between frames and the socket is paused)
-  until a slice of the period has refilled, as Pulsar throttles by turning auto-read off. Messages are
-  never refused; a producer only sees its receipts slow down. ``publishRateLimitedTimes`` in the topic's
-  stats counts the throttlings since the last stats window, as Pulsar's does.
-* Dispatch (``topicDispatchRate``, ``subscriptionDispatchRate``): a dispatcher asks
+* Publish (the publish rate): every SEND is charged to the topic's limiter after it is accepted; when the
+  limiter is exhausted the broker stops reading from the connections of the topic's producers
+  (``Connection.pause_reading``: the read loop stops between frames and the socket is paused) until a slice
+  of the period has refilled, as Pulsar throttles by turning auto-read off. Messages are never refused; a
+  producer only sees its receipts slow down. ``publishRateLimitedTimes`` in the topic's stats counts the
+  throttlings since the last stats window, as Pulsar's does; :attr:`publish_rate_limited_total` counts them
+  since the topic loaded (Pulsar's ``pulsar.broker.topic.publish.rate.limit.count``).
+* Dispatch (the topic's dispatch rate and the subscription dispatch rate): a dispatcher asks
   :meth:`dispatch_wait_s` before a round (it sleeps while any limiter is exhausted), reads at most
   :meth:`dispatch_allowance` messages, and charges what it sent (:meth:`dispatched`) to the subscription's
   limiter and to the topic's, which all the topic's subscriptions share: the topic limit bounds their sum.
+  Each time a limiter holds a round back or cuts its read short it counts a throttling event for the
+  subscription, by limit (``subscription`` or ``topic``) and dimension (messages or bytes): Pulsar's
+  ``dispatchThrottled{Msg,Bytes}EventsBy{Subscription,Topic}Limit``.
 
-Policies are read for this broker's cluster (Pulsar keeps each rate per cluster) and changes apply at
-once to the loaded topic (:meth:`apply`). Limits ``<= 0`` are off.
+Which rates apply (topic policy, else namespace policy for this broker's cluster, else broker default) is
+``rate_policy.py``'s to say; :meth:`refresh` applies them to the loaded topic at once. Limits ``<= 0`` are off.
 """
 
 from __future__ import annotations
@@ -22,14 +26,18 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from .rate_limit import RateLimiter, min_allowance
+from . import rate_policy
+from .rate_limit import RateLimiter
 
 if TYPE_CHECKING:
-    from config_store.models import DispatchRate, Policies, PublishRate
+    from config_store.models import DispatchRate, PublishRate
 
     from .connection import Connection
 
 log = logging.getLogger("broker.service.throttle")
+# Pulsar's SubscriptionStats names for dispatch throttling events, by limit and dimension
+_THROTTLE_STATS = tuple(f"dispatchThrottled{dim}EventsBy{limit}Limit"
+                        for limit in ("Subscription", "Topic", "Broker") for dim in ("Msg", "Bytes"))
 
 
 class TopicRateLimits:
@@ -47,14 +55,19 @@ class TopicRateLimits:
         self._paused: set["Connection"] = set()
         self._timer: Optional[asyncio.TimerHandle] = None
         self.publish_rate_limited_times = 0  # since the last stats window (Pulsar's publishRateLimitedTimes)
+        self.publish_rate_limited_total = 0  # since the topic loaded
+        self._throttle_events: dict[str, dict[str, int]] = {}  # subscription -> stats field -> events
 
     # --------------------------------------------------------------------------------- policies
 
-    def apply(self, policies: Optional["Policies"], cluster: str) -> None:
-        """The namespace's policies changed (or the topic loaded): limits follow at once."""
-        publish = _for_cluster(policies, "publish_max_message_rate", cluster)
-        topic_dispatch = _for_cluster(policies, "topic_dispatch_rate", cluster)
-        sub_dispatch = _for_cluster(policies, "subscription_dispatch_rate", cluster)
+    def refresh(self) -> None:
+        """The topic's, its namespace's or the broker's rates may have changed (or the topic loaded): the limits
+        follow at once."""
+        self.apply(rate_policy.rates_of(self._topic))
+
+    def apply(self, rates: rate_policy.Rates) -> None:
+        """Runs with ``rates`` from now on (the tokens or debt of a limiter that stays on carry over)."""
+        publish, topic_dispatch, sub_dispatch = rates
         now = self._clock()
         self._publish_rate = publish
         self.publish = _limiter(self.publish, publish.msgs_per_s if publish else -1,
@@ -104,6 +117,7 @@ class TopicRateLimits:
             self._pause_producers()
             if self._timer is None:
                 self.publish_rate_limited_times += 1
+                self.publish_rate_limited_total += 1
                 self._timer = asyncio.get_running_loop().call_later(limiter.wait_s(now), self._on_timer)
 
     def _pause_producers(self) -> None:
@@ -141,33 +155,64 @@ class TopicRateLimits:
         """Whether any dispatch limit is set (dispatchers skip the limiters' bookkeeping when not)."""
         return self.topic_dispatch is not None or self._subscription_rate is not None
 
-    def _limiters_for(self, subscription: str) -> list[RateLimiter]:
-        out = [self.topic_dispatch] if self.topic_dispatch is not None else []
+    def _limiters_for(self, subscription: str) -> list[tuple[str, RateLimiter]]:
+        """``(limit, limiter)`` pairs that bound the subscription; the limit is ``topic`` or ``subscription``."""
+        out = [("topic", self.topic_dispatch)] if self.topic_dispatch is not None else []
         limiter = self._subscriptions.get(subscription)
         if limiter is None and self._subscription_rate is not None:
             limiter = self._dispatch_limiter(None, self._subscription_rate, self._clock())
             if limiter is not None:
                 self._subscriptions[subscription] = limiter
         if limiter is not None:
-            out.append(limiter)
+            out.append(("subscription", limiter))
         return out
 
     def dispatch_wait_s(self, subscription: str) -> float:
-        """Seconds the subscription's dispatcher must wait before reading (0: it may read now)."""
+        """Seconds the subscription's dispatcher must wait before reading (0: it may read now); an exhausted
+        limiter counts a throttling event per exhausted dimension."""
         now = self._clock()
-        return max((lim.wait_s(now) for lim in self._limiters_for(subscription) if lim.exhausted(now)), default=0.0)
+        wait_s = 0.0
+        for limit, limiter in self._limiters_for(subscription):
+            if not limiter.exhausted(now):
+                continue
+            wait_s = max(wait_s, limiter.wait_s(now))
+            if limiter.msgs is not None and limiter.msgs.exhausted(now):
+                self._count_throttled(subscription, limit, "Msg")
+            if limiter.bytes is not None and limiter.bytes.exhausted(now):
+                self._count_throttled(subscription, limit, "Bytes")
+        return wait_s
 
-    def dispatch_allowance(self, subscription: str) -> Optional[int]:
-        """Messages the subscription may be sent now (None: no message limit applies)."""
-        return min_allowance(self._limiters_for(subscription), self._clock())
+    def dispatch_allowance(self, subscription: str, wanted: int) -> int:
+        """How many of ``wanted`` messages the subscription may be sent now (at least 1 of them: charges are made
+        after the fact); a message limit that cuts the read short counts a throttling event."""
+        now = self._clock()
+        allowed = wanted
+        for limit, limiter in self._limiters_for(subscription):
+            available = limiter.available_msgs(now)
+            if available is not None and available < wanted:
+                self._count_throttled(subscription, limit, "Msg")
+                allowed = min(allowed, available)
+        return min(wanted, max(allowed, 1))
 
     def dispatched(self, subscription: str, msgs: int, size_bytes: int) -> None:
         now = self._clock()
-        for limiter in self._limiters_for(subscription):
+        for _, limiter in self._limiters_for(subscription):
             limiter.consume(msgs, size_bytes, now)
+
+    def _count_throttled(self, subscription: str, limit: str, dimension: str) -> None:
+        events = self._throttle_events.setdefault(subscription, {})
+        key = f"dispatchThrottled{dimension}EventsBy{limit.capitalize()}Limit"
+        events[key] = events.get(key, 0) + 1
+
+    def throttle_stats(self, subscription: str) -> dict[str, int]:
+        """The subscription's dispatch throttling events since it (or the topic) loaded, with Pulsar's stats
+        names; the broker-wide limit is not served here, so its events are always 0."""
+        events = self._throttle_events.get(subscription, {})
+        return {key: events.get(key, 0) for key in _THROTTLE_STATS}
 
     def forget(self, subscription: str) -> None:
         self._subscriptions.pop(subscription, None)
+        self._throttle_events.pop(subscription, None)
 
     def _wake_dispatchers(self) -> None:
         """A sleeping throttled dispatcher re-checks its limits (they may have been lifted)."""
@@ -181,12 +226,6 @@ class TopicRateLimits:
     def close(self) -> None:
         """The topic is going away: connections it paused read again (they may serve other topics)."""
         self._resume_all()
-
-
-def _for_cluster(policies: Optional["Policies"], attribute: str, cluster: str):
-    """This cluster's entry of a per-cluster rate map (None when unset, or when the policies lack the map)."""
-    rates = getattr(policies, attribute, None) or {}
-    return rates.get(cluster)
 
 
 def _limiter(limiter: Optional[RateLimiter], msgs: int, size_bytes: int, period_s: float,

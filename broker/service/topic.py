@@ -131,7 +131,7 @@ class Topic(TopicCommon):
         async with self._policy_lock:
             self.policies = policies
             delayed_policy.policies_changed(self)
-            self.rate_limits.apply(policies, self.service.cluster_name)
+            self.rate_limits.refresh()
             dedup = policies.deduplication_enabled if policies is not None else None
             if dedup is None:
                 dedup = self.config.deduplication_enabled

@@ -2,8 +2,10 @@
 evolution under the namespace's strategy, refusals (IncompatibleSchema, nothing stored), consumers with
 schemas, GET_SCHEMA on the wire and the admin REST API (with its 400/404/409/422 answers).
 
-The first test runs real processes (ZooKeeper, two bookies, a broker); the policy variants run on the
-in-process BrokerThread (in-memory storage and configuration store), which serves the same handlers.
+The first test runs real processes (ZooKeeper, two bookies, a broker); the namespace policy variants run on
+the in-process BrokerThread (in-memory storage and configuration store), which serves the same handlers; the
+topic-level policies (a topic's own strategy and validation flag over its namespace's, set over REST and with
+``magnetar admin topics``) run on real processes again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from magnetar.topic_name import TopicName
 from tests.kit.broker_thread import broker, storage  # noqa: F401 (fixtures)
 from tests.kit.brokers import start_brokers
 from tests.kit.process import python_command
+from tests.kit.wait import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 RECEIVE_MS = 10_000
@@ -308,5 +311,131 @@ def test_partitions_share_their_partitioned_topics_schema(broker) -> None:
         history = broker.run(lambda: registry_of(broker.service).history(
             TopicName.parse(f"persistent://public/default/{local}")))
         assert [v for v, _ in history] == [0]
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------- topic-level policies
+
+
+def _refused(attempt) -> bool:
+    """Whether ``attempt()`` (a producer or reader creation, closed at once) is refused with IncompatibleSchema."""
+    try:
+        attempt().close()
+    except pulsar.IncompatibleSchema:
+        return True
+    return False
+
+
+def _namespace(b) -> str:
+    namespace = f"public/schema-{uuid.uuid4().hex[:6]}"
+    assert rest("PUT", f"{b.http_url}/admin/v2/namespaces/{namespace}")[0] == 204
+    return namespace
+
+
+def test_a_topics_strategy_overrides_its_namespaces_on_a_broker_process(tmp_path, zk_connect, bookie_factory) -> None:
+    bookie_factory(2)
+    (b,) = start_brokers(1, tmp_path, zk_connect)
+    namespace = _namespace(b)
+    topic = f"persistent://{namespace}/users"
+    strategy_url = f"{b.http_url}/admin/v2/persistent/{namespace}/users/schemaCompatibilityStrategy"
+    schemas = f"{b.http_url}/admin/v2/schemas/{namespace}/users"
+    UserV2 = user_with_email()  # FULL-compatible: the namespace's (default) strategy accepts it
+    v2 = {"type": "JSON", "schema": JsonSchema(UserV2).schema_info().schema()}
+    client = pulsar.Client(b.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
+    try:
+        status, answer = rest("PUT", strategy_url, "ALWAYS_INCOMPATIBLE")
+        assert status == 404 and "does not exist" in answer["reason"]  # no such topic yet
+        client.create_producer(topic, schema=JsonSchema(User)).close()  # version 0
+        for bad in ("SOMETIMES", "always_incompatible", 3, ["FULL"], {"strategy": "FULL"}):
+            status, answer = rest("PUT", strategy_url, bad)
+            assert status == 400 and "strategy must be one of" in answer["reason"], bad
+        assert rest("GET", strategy_url) == (200, None)
+
+        set_ = admin_cli(b.http_url, "topics", "set-schema-compatibility-strategy", topic, "always_incompatible")
+        assert set_.returncode == 0, set_.stderr
+        shown = admin_cli(b.http_url, "topics", "get-schema-compatibility-strategy", topic, "--json")
+        assert shown.returncode == 0 and json.loads(shown.stdout) == "ALWAYS_INCOMPATIBLE", shown.stderr
+        # The broker learns of it through its watch: wait until SUBSCRIBE sees it (a reader stores nothing).
+        wait_for(lambda: _refused(lambda: client.create_reader(topic, pulsar.MessageId.earliest,
+                                                               schema=JsonSchema(UserV2))),
+                 30, what="a reader with the new schema refused under the topic's ALWAYS_INCOMPATIBLE")
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic, schema=JsonSchema(UserV2))
+        client.create_producer(topic, schema=JsonSchema(User)).close()  # the stored version is still fine
+        assert rest("POST", f"{schemas}/schema", v2)[0] == 409  # uploads follow the topic's strategy too
+        assert rest("POST", f"{schemas}/compatibility", v2)[1]["schemaCompatibilityStrategy"] == "ALWAYS_INCOMPATIBLE"
+        assert [s["version"] for s in rest("GET", f"{schemas}/schemas")[1]["getSchemaResponses"]] == [0]
+
+        # Removing it restores the namespace's strategy (FULL), on the live topic.
+        removed = admin_cli(b.http_url, "topics", "remove-schema-compatibility-strategy", topic)
+        assert removed.returncode == 0, removed.stderr
+        assert rest("GET", strategy_url + "?applied=true") == (200, "FULL")
+        wait_for(lambda: not _refused(lambda: client.create_reader(topic, pulsar.MessageId.earliest,
+                                                                   schema=JsonSchema(UserV2))),
+                 30, what="a reader with the new schema accepted under the namespace's FULL")
+        consumer = client.subscribe(topic, "s", schema=JsonSchema(UserV2))
+        client.create_producer(topic, schema=JsonSchema(UserV2)).send(UserV2(name="ada", age=36, email="a@x"))
+        value, version = receive_version(consumer)
+        assert value.email == "a@x" and version == encode_version(1)
+
+        # FORWARD on a topic of a BACKWARD namespace: dropping a required field is BACKWARD-compatible only.
+        assert rest("PUT", f"{b.http_url}/admin/v2/namespaces/{namespace}/schemaCompatibilityStrategy",
+                    "BACKWARD")[0] == 204
+        events = f"{b.http_url}/admin/v2/persistent/{namespace}/events"
+        assert rest("PUT", events)[0] == 204
+        fields = [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]
+        full, dropped = ({"type": "JSON", "schema": json.dumps({"type": "record", "name": "E", "fields": f})}
+                         for f in (fields, fields[:1]))
+        assert rest("POST", f"{b.http_url}/admin/v2/schemas/{namespace}/events/schema", full)[0] == 200
+        assert rest("PUT", f"{events}/schemaCompatibilityStrategy", "FORWARD") == (204, None)
+        answer = rest("POST", f"{b.http_url}/admin/v2/schemas/{namespace}/events/compatibility", dropped)[1]
+        assert answer["compatibility"] is False and answer["schemaCompatibilityStrategy"] == "FORWARD"
+        assert rest("POST", f"{b.http_url}/admin/v2/schemas/{namespace}/events/schema", dropped)[0] == 409
+        assert rest("DELETE", f"{events}/schemaCompatibilityStrategy") == (204, None)
+        assert rest("POST", f"{b.http_url}/admin/v2/schemas/{namespace}/events/schema", dropped) == (
+            200, {"version": {"version": 1}})
+    finally:
+        client.close()
+
+
+def test_a_topics_validation_flag_overrides_its_namespaces_on_a_broker_process(tmp_path, zk_connect,
+                                                                              bookie_factory) -> None:
+    bookie_factory(2)
+    (b,) = start_brokers(1, tmp_path, zk_connect)
+    namespace = _namespace(b)
+    topic = f"persistent://{namespace}/checked"
+    url = f"{b.http_url}/admin/v2/persistent/{namespace}/checked/schemaValidationEnforced"
+    client = pulsar.Client(b.pulsar_url, operation_timeout_seconds=15, logger=QUIET)
+
+    def schemaless_refused() -> bool:
+        return _refused(lambda: client.create_producer(topic))
+
+    try:
+        assert rest("POST", url, True)[0] == 404  # no such topic yet
+        client.create_producer(topic, schema=StringSchema()).close()  # the topic has a schema now
+        assert not schemaless_refused()  # nothing enforced by default
+        for bad in ("yes", 1, {"enabled": True}):
+            status, answer = rest("POST", url, bad)
+            assert status == 400 and "must be true or false" in answer["reason"], bad
+        assert rest("GET", url) == (200, None)
+
+        set_ = admin_cli(b.http_url, "topics", "set-schema-validation-enforce", topic, "--enable")
+        assert set_.returncode == 0, set_.stderr
+        wait_for(schemaless_refused, 30, what="a producer without a schema refused by the topic's flag")
+        shown = admin_cli(b.http_url, "topics", "get-schema-validation-enforce", topic, "--applied", "--json")
+        assert shown.returncode == 0 and json.loads(shown.stdout) is True, shown.stderr
+        client.create_producer(topic, schema=StringSchema()).close()  # producers with the schema still connect
+
+        assert rest("DELETE", url) == (204, None)  # the namespace's (not enforced) applies again
+        wait_for(lambda: not schemaless_refused(), 30, what="a producer without a schema accepted again")
+
+        # The other way round: the namespace enforces, the topic's own false lets it through.
+        ns_flag = f"{b.http_url}/admin/v2/namespaces/{namespace}/schemaValidationEnforced"
+        assert rest("POST", ns_flag, True) == (204, None)
+        wait_for(schemaless_refused, 30, what="a producer without a schema refused by the namespace's flag")
+        assert rest("POST", url, False) == (204, None)
+        assert rest("GET", url + "?applied=true") == (200, False)
+        wait_for(lambda: not schemaless_refused(), 30, what="a producer without a schema let in by the topic's flag")
     finally:
         client.close()

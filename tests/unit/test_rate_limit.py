@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.service.rate_limit import RateLimiter, TokenBucket, min_allowance
+from broker.service.rate_limit import RateLimiter, TokenBucket
 from config_store import DispatchRate, InvalidMetadataError, Policies, PublishRate
 from tests.unit.test_admin_rest import call, http, nodes, setup_namespace  # noqa: F401 (fixtures)
 
@@ -73,14 +73,6 @@ def test_retuning_keeps_the_debt_and_turning_a_limit_off_forgets_it() -> None:
     assert not lim.exhausted(10.0)
     lim.set_rate(msgs_per_period=5, bytes_per_period=-1, period_s=1.0, now_s=10.0)
     assert lim.available_msgs(10.0) == 5  # turned on again: starts full
-
-
-def test_min_allowance_is_the_tightest_message_limit() -> None:
-    a = RateLimiter(msgs_per_period=100, now_s=0.0)
-    b = RateLimiter(msgs_per_period=30, now_s=0.0)
-    c = RateLimiter(bytes_per_period=10, now_s=0.0)
-    assert min_allowance([a, b, c], 0.0) == 30
-    assert min_allowance([c], 0.0) is None and min_allowance([], 0.0) is None
 
 
 @settings(max_examples=200, deadline=None)
