@@ -7,7 +7,8 @@
   (``/admin/...``); :class:`PoliciesCache` and :class:`TopicPoliciesCache` follow policies by watches.
 * :class:`SchemaStore` — topic schemas, one node per version (``/admin/schemas/...``).
 * :class:`RegionStore` — bookie registrations and ledger metadata; :class:`BookieCache` follows the bookies.
-* ``models`` — the stored values and their strict, versioned JSON codec.
+* ``models`` — the stored values and their strict, versioned JSON codec; ``region_models`` — a region's
+  bookie registrations and ledger metadata, in the same codec.
 
 Every error is a :class:`MetadataError`; kazoo's never escape.
 """
@@ -16,10 +17,10 @@ from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
 from .memory import MemoryMetadataStore, MemoryTree
-from .models import (BacklogQuota, BookieRegistration, ClusterData, DelayedDeliveryPolicies, DispatchRate,
-                     InactiveTopicPolicies, LedgerMetadata, LedgerState,
+from .models import (BacklogQuota, ClusterData, DelayedDeliveryPolicies, DispatchRate, InactiveTopicPolicies,
                      PartitionedTopicMetadata, Policies, PublishRate, TenantInfo, TopicPolicies, Versioned)
 from .region import BookieCache, RegionStore
+from .region_models import BookieRegistration, LedgerMetadata, LedgerState
 from .schemas import SchemaStore, StoredSchema
 from .store import EphemeralRegistration, KazooMetadataStore, MetadataStore, SessionEvent, StoreState, WatchHandle
 

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 from .configuration import check_name
 from .errors import InvalidMetadataError, MetadataError, MetadataUnavailableError, NodeExistsError, NotFoundError
-from .models import BookieRegistration, LedgerMetadata, Versioned
+from .models import Versioned
+from .region_models import BookieRegistration, LedgerMetadata
 from .store import EphemeralRegistration, MetadataStore, WatchHandle, join_path
 
 log = logging.getLogger("config_store")
