@@ -46,6 +46,15 @@ def exactly_one(enable: bool, disable: bool, suffix: str) -> bool:
     return enable
 
 
+def inactive_policies_body(enable: bool, disable: bool, max_inactive: str, mode: str) -> dict:
+    """The ``inactiveTopicPolicies`` body of a set command's options (namespace or topic), checked."""
+    on = exactly_one(enable, disable, "-delete-while-inactive")
+    if mode not in DELETE_MODES:
+        raise typer.BadParameter(f"--delete-mode must be one of {', '.join(DELETE_MODES)}, not {mode!r}")
+    seconds = parse_duration_ms(max_inactive, "--max-inactive-duration") // 1000
+    return {"deleteWhileInactive": on, "maxInactiveDurationSeconds": seconds, "inactiveTopicDeleteMode": mode}
+
+
 def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
     """Adds the delayed-delivery, inactive-topic and compaction-threshold commands to the ``namespaces``
     group."""
@@ -98,11 +107,8 @@ def add_namespace_policy_commands(namespaces_app: typer.Typer) -> None:
         url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
     ) -> None:
         """Set when a namespace's inactive topics are deleted (overrides the broker's settings)."""
-        on = exactly_one(enable, disable, "-delete-while-inactive")
-        if mode not in DELETE_MODES:
-            raise typer.BadParameter(f"--delete-mode must be one of {', '.join(DELETE_MODES)}, not {mode!r}")
-        seconds = parse_duration_ms(max_inactive, "--max-inactive-duration") // 1000
-        body = {"deleteWhileInactive": on, "maxInactiveDurationSeconds": seconds, "inactiveTopicDeleteMode": mode}
+        body = inactive_policies_body(enable, disable, max_inactive, mode)
+        on, seconds = body["deleteWhileInactive"], body["maxInactiveDurationSeconds"]
         call(url, data_dir, "POST", f"/admin/v2/namespaces/{namespace_path(namespace)}/inactiveTopicPolicies", body)
         done(f"inactive topics of {namespace}: {'deleted' if on else 'kept'} after {seconds} s ({mode})")
 

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from magnetar.admin_cli_common import DataDirOpt, JsonOpt, UrlOpt, call, done, emit, parse_topic
-from magnetar.admin_namespace_policies_cli import DELETE_MODES, exactly_one, parse_duration_ms
+from magnetar.admin_namespace_policies_cli import exactly_one, inactive_policies_body
 
 AppliedOpt = typer.Option(False, "--applied", help="Show what applies (the topic's, else its namespace's, "
                                                    "else the broker's), not only the topic's own.")
@@ -40,11 +40,8 @@ def add_topic_policy_commands(topics_app: typer.Typer) -> None:
         url: Optional[str] = UrlOpt, data_dir: Optional[pathlib.Path] = DataDirOpt,
     ) -> None:
         """Set when a topic is deleted for being inactive (overrides its namespace's policies)."""
-        on = exactly_one(enable, disable, "-delete-while-inactive")
-        if mode not in DELETE_MODES:
-            raise typer.BadParameter(f"--delete-mode must be one of {', '.join(DELETE_MODES)}, not {mode!r}")
-        seconds = parse_duration_ms(max_inactive, "--max-inactive-duration") // 1000
-        body = {"deleteWhileInactive": on, "maxInactiveDurationSeconds": seconds, "inactiveTopicDeleteMode": mode}
+        body = inactive_policies_body(enable, disable, max_inactive, mode)
+        on, seconds = body["deleteWhileInactive"], body["maxInactiveDurationSeconds"]
         call(url, data_dir, "POST", _path(topic, "inactiveTopicPolicies"), body)
         done(f"inactive-topic policies of {topic}: {'deleted' if on else 'kept'} after {seconds} s ({mode})")
 
