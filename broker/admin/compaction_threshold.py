@@ -13,20 +13,13 @@ is a 404. Brokers see changes through the policies watches; the owner's periodic
 
 from __future__ import annotations
 
-from typing import Optional
-
 from aiohttp import web
-
-from config_store import Policies, TopicPolicies
-from magnetar.topic_name import TopicName
 
 from ..service.compaction_monitor import effective_threshold
 from .body import expect_int, query_bool, read_json, topic_of
-from .context import AdminContext
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import own_topic_policies, policies_owner, update_topic_policies
-from .namespace_args import update_namespace as _update
+from .namespace_args import own_topic_policies, policies_owner, set_namespace_policy, set_topic_policy
 
 routes = web.RouteTableDef()
 
@@ -53,11 +46,7 @@ async def set_namespace_compaction_threshold(request: web.Request) -> web.Respon
     tenant, namespace = _names(request)
     threshold = await _read_threshold(request)
 
-    def apply(p: Policies) -> Policies:
-        p.compaction_threshold = threshold
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "compaction_threshold", threshold)
     return web.Response(status=204)
 
 
@@ -66,23 +55,11 @@ async def remove_namespace_compaction_threshold(request: web.Request) -> web.Res
     """Removes the namespace's threshold: no automatic compaction (204 whether or not one was set)."""
     tenant, namespace = _names(request)
 
-    def apply(p: Policies) -> Policies:
-        p.compaction_threshold = None
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "compaction_threshold", None)
     return web.Response(status=204)
 
 
 # ---------------------------------------------------------------------------------------------- topics
-
-
-async def _set_topic(ctx: AdminContext, topic: TopicName, threshold: Optional[int]) -> None:
-    def apply(p: TopicPolicies) -> TopicPolicies:
-        p.compaction_threshold = threshold
-        return p
-
-    await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
 @routes.get(T)
@@ -102,7 +79,7 @@ async def _set_topic_threshold(request: web.Request) -> web.Response:
     topic = topic_of(request, _TOPIC_SEGMENT)
     threshold = await _read_threshold(request)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    await _set_topic(ctx, topic, threshold)
+    await set_topic_policy(ctx, topic, "compaction_threshold", threshold)
     return web.Response(status=204)
 
 
@@ -116,5 +93,5 @@ async def remove_topic_compaction_threshold(request: web.Request) -> web.Respons
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     await ctx.policies(topic.tenant, topic.namespace_portion)
-    await _set_topic(ctx, topic, None)
+    await set_topic_policy(ctx, topic, "compaction_threshold", None)
     return web.Response(status=204)

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from config_store import DelayedDeliveryPolicies, Policies, TopicPolicies
+from config_store import DelayedDeliveryPolicies, TopicPolicies
 from magnetar.topic_name import TopicName
 
 from ..service import delayed_policy
@@ -32,7 +32,7 @@ from .errors import bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
 from .namespace_args import own_topic_policies, policies_owner, update_topic_policies
-from .namespace_args import update_namespace as _update
+from .namespace_args import set_namespace_policy
 
 routes = web.RouteTableDef()
 
@@ -75,11 +75,7 @@ async def set_namespace_delayed_delivery(request: web.Request) -> web.Response:
     tenant, namespace = _names(request)
     policies = parse_delayed_delivery(await read_json(request))
 
-    def apply(p: Policies) -> Policies:
-        p.delayed_delivery_policies = policies
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "delayed_delivery_policies", policies)
     return web.Response(status=204)
 
 
@@ -88,11 +84,7 @@ async def remove_namespace_delayed_delivery(request: web.Request) -> web.Respons
     """Removes the namespace's policies: the broker's settings apply again (204 whether or not set)."""
     tenant, namespace = _names(request)
 
-    def apply(p: Policies) -> Policies:
-        p.delayed_delivery_policies = None
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "delayed_delivery_policies", None)
     return web.Response(status=204)
 
 

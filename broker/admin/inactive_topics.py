@@ -31,8 +31,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import policies_owner, topic_policy_scope, update_topic_policies
-from .namespace_args import update_namespace as _update
+from .namespace_args import set_namespace_policy, set_topic_policy, topic_policy_scope
 
 routes = web.RouteTableDef()
 
@@ -75,11 +74,7 @@ async def set_inactive_topic_policies(request: web.Request) -> web.Response:
     tenant, namespace = _names(request)
     policies = parse_inactive_topic_policies(await read_json(request))
 
-    def apply(p: Policies) -> Policies:
-        p.inactive_topic_policies = policies
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "inactive_topic_policies", policies)
     return web.Response(status=204)
 
 
@@ -88,11 +83,7 @@ async def remove_inactive_topic_policies(request: web.Request) -> web.Response:
     """Removes the namespace's policies: the broker's settings apply again (204 whether or not set)."""
     tenant, namespace = _names(request)
 
-    def apply(p: Policies) -> Policies:
-        p.inactive_topic_policies = None
-        return p
-
-    await _update(request.app[CONTEXT], tenant, namespace, apply)
+    await set_namespace_policy(request.app[CONTEXT], tenant, namespace, "inactive_topic_policies", None)
     return web.Response(status=204)
 
 
@@ -107,14 +98,6 @@ async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, P
                              "inactive-topic policies do not apply to it")
     namespace_policies, own = await topic_policy_scope(ctx, topic)
     return ctx, topic, namespace_policies, own
-
-
-async def _set_topic(ctx: AdminContext, topic: TopicName, policies: InactiveTopicPolicies | None) -> None:
-    def apply(p: TopicPolicies) -> TopicPolicies:
-        p.inactive_topic_policies = policies
-        return p
-
-    await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
 @routes.get(T)
@@ -133,7 +116,7 @@ async def get_topic_inactive_topic_policies(request: web.Request) -> web.Respons
 async def set_topic_inactive_topic_policies(request: web.Request) -> web.Response:
     policies = parse_inactive_topic_policies(await read_json(request))
     ctx, topic, _, _ = await _topic_scope(request)
-    await _set_topic(ctx, topic, policies)
+    await set_topic_policy(ctx, topic, "inactive_topic_policies", policies)
     return web.Response(status=204)
 
 
@@ -142,5 +125,5 @@ async def remove_topic_inactive_topic_policies(request: web.Request) -> web.Resp
     """Removes the topic's own policies: its namespace's (else the broker's) apply again (204 whether or not
     set)."""
     ctx, topic, _, _ = await _topic_scope(request)
-    await _set_topic(ctx, topic, None)
+    await set_topic_policy(ctx, topic, "inactive_topic_policies", None)
     return web.Response(status=204)

@@ -4,7 +4,7 @@ exists."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from aiohttp import web
 
@@ -37,6 +37,15 @@ async def update_namespace(ctx: AdminContext, tenant: str, namespace: str,
         raise not_found(f"Namespace {tenant}/{namespace} does not exist") from None
 
 
+async def set_namespace_policy(ctx: AdminContext, tenant: str, namespace: str, field: str, value: Any) -> None:
+    """Sets one field of the namespace's policies (None: removes it); 404 if the namespace does not exist."""
+    def apply(p: Policies) -> Policies:
+        setattr(p, field, value)
+        return p
+
+    await update_namespace(ctx, tenant, namespace, apply)
+
+
 def topic_policies_key(topic: TopicName) -> tuple[str, str, str, str]:
     """``(tenant, namespace, domain, local name)``: where the topic's own policies are stored, for the name
     as given (a partitioned topic's base name covers its partitions)."""
@@ -58,6 +67,16 @@ async def update_topic_policies(ctx: AdminContext, topic: TopicName,
         await ctx.configuration.set_topic_policies(*topic_policies_key(topic), fn)
     except NotFoundError:
         raise not_found(f"Namespace {topic.namespace} does not exist") from None
+
+
+async def set_topic_policy(ctx: AdminContext, topic: TopicName, field: str, value: Any) -> None:
+    """Sets one field of the topic's own policies (None: removes it); a partition's go to its partitioned
+    topic."""
+    def apply(p: TopicPolicies) -> TopicPolicies:
+        setattr(p, field, value)
+        return p
+
+    await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
 def policies_owner(topic: TopicName) -> TopicName:

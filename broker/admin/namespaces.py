@@ -22,6 +22,7 @@ from .context import AdminContext, redirect_location
 from .errors import RestError, bad_request, conflict, not_found, precondition_failed
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
+from .namespace_args import set_namespace_policy
 from .namespace_args import update_namespace as _update
 from .replication import check_clusters, replication_clusters
 from .tenants import tenant_name
@@ -168,11 +169,7 @@ async def set_deduplication(request: web.Request) -> web.Response:
     tenant, namespace = _names(request)
     enabled = expect_bool(await read_json(request), "the deduplication flag")
 
-    def apply(p: Policies) -> Policies:
-        p.deduplication_enabled = enabled
-        return p
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "deduplication_enabled", enabled)
     return web.Response(status=204)
 
 
@@ -181,11 +178,7 @@ async def remove_deduplication(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
 
-    def apply(p: Policies) -> Policies:
-        p.deduplication_enabled = None
-        return p
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "deduplication_enabled", None)
     return web.Response(status=204)
 
 
@@ -241,11 +234,7 @@ async def set_message_ttl(request: web.Request) -> web.Response:
     tenant, namespace = _names(request)
     seconds = expect_int(await read_json(request), "the message TTL (seconds)", minimum=0, maximum=_INT32_MAX)
 
-    def apply(p: Policies) -> Policies:
-        p.message_ttl_in_seconds = seconds
-        return p
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "message_ttl_in_seconds", seconds)
     return web.Response(status=204)
 
 
@@ -254,11 +243,7 @@ async def remove_message_ttl(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
 
-    def apply(p: Policies) -> Policies:
-        p.message_ttl_in_seconds = None
-        return p
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "message_ttl_in_seconds", None)
     return web.Response(status=204)
 
 

@@ -29,7 +29,7 @@ error, with the reason in ``reason``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -44,8 +44,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request, not_found
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import own_topic_policies, policies_owner, topic_policy_scope, update_namespace
-from .namespace_args import update_topic_policies
+from .namespace_args import own_topic_policies, policies_owner, set_namespace_policy, set_topic_policy, topic_policy_scope
 
 
 routes = web.RouteTableDef()
@@ -185,14 +184,6 @@ async def get_version_by_schema(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------- namespace policies
 
 
-async def _update(ctx: AdminContext, tenant: str, namespace: str, fn: Callable[[Policies], None]) -> None:
-    def apply(p: Policies) -> Policies:
-        fn(p)
-        return p
-
-    await update_namespace(ctx, tenant, namespace, apply)
-
-
 @routes.get(NS + "/schemaCompatibilityStrategy")
 async def get_strategy(request: web.Request) -> web.Response:
     """The namespace's strategy as set (``UNDEFINED``: the broker's default, FULL, applies)."""
@@ -205,11 +196,7 @@ async def set_strategy(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
     value = _parse_strategy(await read_json(request))
-
-    def apply(p: Policies) -> None:
-        p.schema_compatibility_strategy = value
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "schema_compatibility_strategy", value)
     return web.Response(status=204)
 
 
@@ -224,11 +211,7 @@ async def set_auto_update(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
     value = expect_bool(await read_json(request), "the isAllowAutoUpdateSchema flag")
-
-    def apply(p: Policies) -> None:
-        p.is_allow_auto_update_schema = value
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "is_allow_auto_update_schema", value)
     return web.Response(status=204)
 
 
@@ -243,11 +226,7 @@ async def set_validation_enforced(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     tenant, namespace = _names(request)
     value = expect_bool(await read_json(request), "the schemaValidationEnforced flag")
-
-    def apply(p: Policies) -> None:
-        p.schema_validation_enforced = value
-
-    await _update(ctx, tenant, namespace, apply)
+    await set_namespace_policy(ctx, tenant, namespace, "schema_validation_enforced", value)
     return web.Response(status=204)
 
 
@@ -264,14 +243,6 @@ async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, P
     return ctx, topic, namespace_policies, own
 
 
-async def _set_topic(ctx: AdminContext, topic: TopicName, fn: Callable[[TopicPolicies], None]) -> None:
-    def apply(p: TopicPolicies) -> TopicPolicies:
-        fn(p)
-        return p
-
-    await update_topic_policies(ctx, policies_owner(topic), apply)
-
-
 @routes.get(TP + "/schemaCompatibilityStrategy")
 async def get_topic_strategy(request: web.Request) -> web.Response:
     """The topic's own strategy (``null`` when none is set); with ``applied=true`` the one that applies."""
@@ -285,11 +256,7 @@ async def get_topic_strategy(request: web.Request) -> web.Response:
 async def set_topic_strategy(request: web.Request) -> web.Response:
     value = _parse_strategy(await read_json(request))
     ctx, topic, _, _ = await _topic_scope(request)
-
-    def apply(p: TopicPolicies) -> None:
-        p.schema_compatibility_strategy = value
-
-    await _set_topic(ctx, topic, apply)
+    await set_topic_policy(ctx, topic, "schema_compatibility_strategy", value)
     return web.Response(status=204)
 
 
@@ -297,11 +264,7 @@ async def set_topic_strategy(request: web.Request) -> web.Response:
 async def remove_topic_strategy(request: web.Request) -> web.Response:
     """Removes the topic's own strategy: its namespace's applies again (204 whether or not one was set)."""
     ctx, topic, _, _ = await _topic_scope(request)
-
-    def apply(p: TopicPolicies) -> None:
-        p.schema_compatibility_strategy = None
-
-    await _set_topic(ctx, topic, apply)
+    await set_topic_policy(ctx, topic, "schema_compatibility_strategy", None)
     return web.Response(status=204)
 
 
@@ -318,11 +281,7 @@ async def get_topic_validation_enforced(request: web.Request) -> web.Response:
 async def set_topic_validation_enforced(request: web.Request) -> web.Response:
     value = expect_bool(await read_json(request), "the schemaValidationEnforced flag")
     ctx, topic, _, _ = await _topic_scope(request)
-
-    def apply(p: TopicPolicies) -> None:
-        p.schema_validation_enforced = value
-
-    await _set_topic(ctx, topic, apply)
+    await set_topic_policy(ctx, topic, "schema_validation_enforced", value)
     return web.Response(status=204)
 
 
@@ -330,9 +289,5 @@ async def set_topic_validation_enforced(request: web.Request) -> web.Response:
 async def remove_topic_validation_enforced(request: web.Request) -> web.Response:
     """Removes the topic's own flag: its namespace's applies again (204 whether or not one was set)."""
     ctx, topic, _, _ = await _topic_scope(request)
-
-    def apply(p: TopicPolicies) -> None:
-        p.schema_validation_enforced = None
-
-    await _set_topic(ctx, topic, apply)
+    await set_topic_policy(ctx, topic, "schema_validation_enforced", None)
     return web.Response(status=204)
