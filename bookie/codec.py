@@ -56,6 +56,7 @@ class RecordType(enum.IntEnum):
     ADD = 1  # body: a serialized AddRequest holding the accepted entries
     FENCE = 2  # body: u64 ledger id
     DELETE = 3  # body: u64 ledger id
+    PAD = 4  # body: zeros; fills a direct-I/O write up to a block boundary, skipped at replay
 
 
 class CorruptRecord(Exception):
@@ -99,6 +100,12 @@ def encode_journal_header(record_type: int, body: bytes) -> bytes:
     """The 9-byte head of a journal record whose body is written separately (avoids copying the body)."""
     crc = _crc(body, _crc(_JOURNAL_LEN_TYPE.pack(len(body), record_type)))
     return _JOURNAL_HEAD.pack(len(body), crc, record_type)
+
+
+def encode_journal_padding(size: int) -> bytes:
+    """The head of a PAD record ``size`` bytes long in all (its body, ``size - JOURNAL_HEAD_SIZE`` zero
+    bytes, is written separately)."""
+    return encode_journal_header(RecordType.PAD, bytes(size - JOURNAL_HEAD_SIZE))
 
 
 def decode_journal_record(data: bytes | memoryview, offset: int = 0) -> tuple[int, bytes, int]:
@@ -184,6 +191,17 @@ def encode_entry_record_head(ledger_id: int, entry_id: int, last_add_confirmed: 
     length = _ENTRY_META.size + len(payload)
     crc = _crc(payload, _crc(meta, _crc(_LEN.pack(length))))
     return _ENTRY_PREFIX.pack(length, crc) + meta
+
+
+# Ledger id of an entry-log padding record: fills a direct-I/O write up to a block boundary; no index entry
+# points at it and scans skip it. Real ledger ids never come near it.
+PADDING_LEDGER_ID = (1 << 64) - 1
+
+
+def encode_entry_padding(size: int) -> bytes:
+    """The head of a padding record ``size`` bytes long in all (its payload, ``size - ENTRY_HEAD_SIZE``
+    zero bytes, is written separately)."""
+    return encode_entry_record_head(PADDING_LEDGER_ID, 0, -1, bytes(size - ENTRY_HEAD_SIZE))
 
 
 def decode_entry_record(data: bytes | memoryview, offset: int = 0) -> tuple[EntryRecord, int]:

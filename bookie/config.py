@@ -34,6 +34,8 @@ class BookieConfig:
             without registration (storage tests).
         journal_sync: fdatasync the journal before acknowledging adds. Only benchmarks turn it off.
         journal_max_size_bytes: a journal file rolls over once it reaches this size.
+        direct_io: write the journal and entry logs with ``O_DIRECT`` (past the page cache) where the file
+            system allows it; buffered writes otherwise (:mod:`bookie.directio`).
         write_cache_max_bytes: bound of the in-memory write cache (active + flushing); a flush starts when the
             active half is full, and adds wait (backpressure) while both are.
         flush_interval_ms: the write cache is flushed to entry logs at least this often.
@@ -60,6 +62,7 @@ class BookieConfig:
     zookeeper: str = ""
     journal_sync: bool = True
     journal_max_size_bytes: int = 256 * _MiB
+    direct_io: bool = True
     write_cache_max_bytes: int = 64 * _MiB
     flush_interval_ms: int = 1000
     entry_log_max_size_bytes: int = 256 * _MiB

@@ -6,7 +6,9 @@ re-reads the index). Each flush appends entries sorted by (ledger, entry), so a 
 usually finds its records adjacent and reads them with one ``pread`` (:func:`read_records`).
 
 Files are ``<data_dir>/ledgers/<log_id:016x>.log``: a 16-byte header then :mod:`bookie.codec` entry records.
-A log rolls at ``max_size_bytes``; a restart always starts a fresh one.
+A log rolls at ``max_size_bytes``; a restart always starts a fresh one. Logs are written with ``O_DIRECT``
+where the file system allows (:mod:`bookie.directio`): each sync pads the log to a 4 KiB boundary with a
+padding record (ledger id ``PADDING_LEDGER_ID``), which no index entry points at and :func:`iter_log` skips.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from magnetar.proto import bookie_pb2
 
 from . import codec
 from .index import Index, Location
-from .journal import fsync_dir, write_all
+from .directio import BlockAppender, open_for_append
+from .journal import fsync_dir
 
 log = logging.getLogger("bookie.entrylog")
 
 _SUFFIX = ".log"
-_WRITE_CHUNK_BYTES = 4 * 1024 * 1024
 # Adjacent records are read together up to this many bytes.
 _COALESCE_MAX_BYTES = 4 * 1024 * 1024
 
@@ -51,15 +53,16 @@ class EntryLogWriter:
     sync, after which the returned locations are durable.
     """
 
-    def __init__(self, directory: pathlib.Path, *, first_log_id: int, max_size_bytes: int) -> None:
+    def __init__(
+        self, directory: pathlib.Path, *, first_log_id: int, max_size_bytes: int, direct_io: bool = True
+    ) -> None:
         self.directory = pathlib.Path(directory)
         self.max_size_bytes = max_size_bytes
+        self.direct_io = direct_io
         self._next_log_id = first_log_id
         self._fd = -1
+        self._out: Optional[BlockAppender] = None
         self._log_id: Optional[int] = None
-        self._size = 0  # bytes of the current file, including the buffer
-        self._buffer: list[bytes] = []
-        self._buffered = 0
         self._unsynced: list[int] = []  # fds rolled away from but not yet synced (closed after sync)
 
     @property
@@ -70,22 +73,19 @@ class EntryLogWriter:
     def append(self, ledger_id: int, entry_id: int, lac: int, payload: bytes) -> Location:
         head = codec.encode_entry_record_head(ledger_id, entry_id, lac, payload)
         size = len(head) + len(payload)
-        if self._fd < 0 or (self._size + size > self.max_size_bytes and self._size > codec.FILE_HEADER_SIZE):
+        if self._out is None or (
+            self._out.offset + size > self.max_size_bytes and self._out.offset > codec.FILE_HEADER_SIZE
+        ):
             self._roll()
-        offset = self._size
-        self._buffer.append(head)
-        self._buffer.append(payload)
-        self._buffered += size
-        self._size += size
-        if self._buffered >= _WRITE_CHUNK_BYTES:
-            self._write_buffer()
+        offset = self._out.offset
+        self._out.append((head, payload))
         return Location(self._log_id, offset, size)
 
     def sync(self) -> None:
         """Makes every appended record durable."""
-        if self._fd < 0:
+        if self._out is None:
             return
-        self._write_buffer()
+        self._write_out()
         for fd in self._unsynced:
             os.fsync(fd)
             os.close(fd)
@@ -94,41 +94,48 @@ class EntryLogWriter:
 
     def roll(self) -> None:
         """Starts a new log at the next append (tests and shutdown use it to seal the current one)."""
-        if self._fd >= 0:
-            self._write_buffer()
-            self._unsynced.append(self._fd)
-            self._fd = -1
-            self._log_id = None
+        if self._out is not None:
+            self._retire()
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._out is not None:
             self.sync()
+            self._out.close()
+            self._out = None
             os.close(self._fd)
             self._fd = -1
+            self._log_id = None
         for fd in self._unsynced:
             os.close(fd)
         self._unsynced.clear()
 
+    def _retire(self) -> None:
+        """Writes out the current log's tail and leaves its fd to the next sync."""
+        self._write_out()
+        self._out.close()
+        self._unsynced.append(self._fd)
+        self._fd, self._out, self._log_id = -1, None, None
+
     def _roll(self) -> None:
-        if self._fd >= 0:
-            self._write_buffer()
-            self._unsynced.append(self._fd)
+        if self._out is not None:
+            self._retire()
         log_id = self._next_log_id
         self._next_log_id += 1
         path = log_path(self.directory, log_id)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        header = codec.encode_file_header(codec.ENTRY_LOG_MAGIC, log_id)
-        os.write(fd, header)
+        fd, direct = open_for_append(path, direct=self.direct_io)
+        out = BlockAppender(fd, 0, direct=direct)
+        out.append((codec.encode_file_header(codec.ENTRY_LOG_MAGIC, log_id),))
         fsync_dir(self.directory)
-        self._fd, self._log_id, self._size = fd, log_id, len(header)
-        log.info("entry log %s opened", path.name)
+        self._fd, self._out, self._log_id = fd, out, log_id
+        log.info("entry log %s opened%s", path.name, "" if direct else " (buffered: no O_DIRECT here)")
 
-    def _write_buffer(self) -> None:
-        if not self._buffer:
-            return
-        buffers, self._buffer = self._buffer, []
-        self._buffered = 0
-        write_all(self._fd, buffers)
+    def _write_out(self) -> None:
+        out = self._out
+        size = out.padding_needed(codec.ENTRY_HEAD_SIZE)
+        if size:
+            out.append((codec.encode_entry_padding(size),))
+            out.append_zeros(size - codec.ENTRY_HEAD_SIZE)
+        out.write_out()
 
 
 class ReadResult(NamedTuple):
@@ -241,5 +248,6 @@ def iter_log(path: pathlib.Path, start_offset: int = 0) -> Iterator[tuple[int, i
             if item is None:
                 return
             record, size = item
-            yield offset, size, record
+            if record.ledger_id != codec.PADDING_LEDGER_ID:
+                yield offset, size, record
             offset += size

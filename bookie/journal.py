@@ -4,7 +4,9 @@ Theory of operation. Every change a bookie acknowledges (an add, a fence, a dele
 the journal. The event loop never touches the file: :meth:`Journal.append` queues the record and returns a
 future. The writer thread takes *everything* queued, frames it, writes it with one ``write`` and makes it
 durable with one ``fdatasync`` for the whole group, then completes the group's futures with a single
-``loop.call_soon_threadsafe``. So under load the cost of a sync is shared by every request that arrived
+``loop.call_soon_threadsafe``. Files are written with ``O_DIRECT`` where the file system allows
+(:mod:`bookie.directio`): each group is padded with a PAD record to a 4 KiB boundary, so a write never
+rewrites a block that holds acknowledged records. So under load the cost of a sync is shared by every request that arrived
 while the previous one ran (group commit), and an add is acknowledged only after its record is on disk.
 
 Files are ``<data_dir>/journal/<id:016x>.journal``; a file rolls at ``max_file_size_bytes`` (a record never
@@ -27,9 +29,10 @@ import os
 import pathlib
 import threading
 import time
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional
 
 from . import codec
+from .directio import BlockAppender, open_for_append
 
 log = logging.getLogger("bookie.journal")
 
@@ -78,29 +81,6 @@ def list_journal_files(directory: pathlib.Path) -> list[tuple[int, pathlib.Path]
     return sorted(out)
 
 
-# Most buffers one writev takes (Linux: 1024).
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
-
-
-def write_all(fd: int, buffers: Sequence[bytes]) -> int:
-    """Writes ``buffers`` in order with ``writev`` (a short write resumes where it stopped); returns the byte
-    count. Joining them first would copy every payload once more before the kernel copies it again."""
-    views = [memoryview(b) for b in buffers if len(b)]
-    start = total = 0
-    while start < len(views):
-        written = os.writev(fd, views[start:start + _IOV_MAX])
-        total += written
-        while written:
-            size = len(views[start])
-            if written >= size:
-                written -= size
-                start += 1
-            else:
-                views[start] = views[start][written:]
-                written = 0
-    return total
-
-
 def fsync_dir(directory: pathlib.Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -126,6 +106,7 @@ class Journal:
         directory: the journal directory (created if missing).
         max_file_size_bytes: roll to a new file once the current one reaches this size.
         sync: ``fdatasync`` each group before completing it (False only for benchmarks).
+        direct_io: write with ``O_DIRECT`` where the file system allows it.
         observer: metrics hooks.
     """
 
@@ -135,12 +116,14 @@ class Journal:
         *,
         max_file_size_bytes: int,
         sync: bool = True,
+        direct_io: bool = True,
         observer: Optional[JournalObserver] = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_file_size_bytes = max_file_size_bytes
         self.sync = sync
+        self.direct_io = direct_io
         self.observer = observer or JournalObserver()
         self._cond = threading.Condition()
         self._queue: list[_Item] = []
@@ -148,8 +131,8 @@ class Journal:
         self._thread: Optional[threading.Thread] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._fd = -1
+        self._out: Optional[BlockAppender] = None
         self._file_id = 0
-        self._offset = 0
         self._replayed = False
         # End of the last record written (not necessarily synced yet). Read by the event loop when it takes
         # a checkpoint: every record before it was queued, hence applied to the write cache, earlier.
@@ -213,6 +196,8 @@ class Journal:
                     break
                 record_type, body, size = record
                 offset += size
+                if record_type == codec.RecordType.PAD:
+                    continue
                 count += 1
                 yield ReplayedRecord(record_type, body, Position(file_id, offset))
             log.info("replayed %d journal records from %s", count, path.name)
@@ -265,17 +250,33 @@ class Journal:
 
     def _open_file(self, file_id: int) -> None:
         path = journal_path(self.directory, file_id)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        header = codec.encode_file_header(codec.JOURNAL_MAGIC, file_id)
-        os.write(fd, header)
-        os.fsync(fd)
-        fsync_dir(self.directory)
-        old = self._fd
-        self._fd, self._file_id, self._offset = fd, file_id, len(header)
-        self.written_position = Position(file_id, self._offset)
+        fd, direct = open_for_append(path, direct=self.direct_io)
+        out = BlockAppender(fd, 0, direct=direct)
+        try:
+            out.append((codec.encode_file_header(codec.JOURNAL_MAGIC, file_id),))
+            self._pad(out)
+            out.write_out()
+            os.fsync(fd)
+            fsync_dir(self.directory)
+        except BaseException:
+            out.close()
+            os.close(fd)
+            raise
+        old, old_out = self._fd, self._out
+        self._fd, self._out, self._file_id = fd, out, file_id
+        self.written_position = Position(file_id, out.offset)
+        if old_out is not None:
+            old_out.close()
         if old >= 0:
             os.close(old)
-        log.info("journal file %s opened", path.name)
+        log.info("journal file %s opened%s", path.name, "" if direct else " (buffered: no O_DIRECT here)")
+
+    @staticmethod
+    def _pad(out: BlockAppender) -> None:
+        size = out.padding_needed(codec.JOURNAL_HEAD_SIZE)
+        if size:
+            out.append((codec.encode_journal_padding(size),))
+            out.append_zeros(size - codec.JOURNAL_HEAD_SIZE)
 
     def _run(self) -> None:
         loop = self._loop
@@ -305,8 +306,12 @@ class Journal:
         if not parts:
             return None  # only barriers: everything before them completed with an earlier group
         started = time.perf_counter()
+        out = self._out
+        begin = out.offset
         try:
-            nbytes = write_all(self._fd, parts)
+            out.append(parts)
+            self._pad(out)
+            out.write_out()
             if self.sync:
                 os.fdatasync(self._fd)
         except OSError as err:
@@ -315,10 +320,10 @@ class Journal:
             log.error("journal write failed, refusing further writes: %s", err)
             self.failed = err
             return err
-        self._offset += nbytes
-        self.written_position = Position(self._file_id, self._offset)
+        nbytes = out.offset - begin
+        self.written_position = Position(self._file_id, out.offset)
         self.observer.on_sync(time.perf_counter() - started, entries, len(parts) // 2, nbytes)
-        if self._offset >= self.max_file_size_bytes:
+        if out.offset >= self.max_file_size_bytes:
             try:
                 self._open_file(self._file_id + 1)
             except OSError as err:
@@ -356,6 +361,9 @@ class Journal:
             self._thread = None
             # The last group's completions were scheduled with call_soon_threadsafe; let them run.
             await asyncio.sleep(0)
+        if self._out is not None:
+            self._out.close()
+            self._out = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -372,4 +380,4 @@ def _complete(batch: list[_Item], error: Optional[BaseException]) -> None:
             future.set_exception(OSError(f"journal write failed: {error}"))
 
 
-__all__ = ["Journal", "JournalClosedError", "JournalObserver", "Position", "ReplayedRecord", "fsync_dir", "write_all"]
+__all__ = ["Journal", "JournalClosedError", "JournalObserver", "Position", "ReplayedRecord", "fsync_dir"]

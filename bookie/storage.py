@@ -84,7 +84,7 @@ class Storage(StorageFlush):
         self._lock_fd = _lock_data_dir(config.data_dir)
         self.journal = Journal(
             config.journal_dir, max_file_size_bytes=config.journal_max_size_bytes, sync=config.journal_sync,
-            observer=self.observer,
+            direct_io=config.direct_io, observer=self.observer,
         )
         self.index = Index(self.ledgers_dir / "index")
         self.state = StorageState.NEW
@@ -143,7 +143,8 @@ class Storage(StorageFlush):
                 path.unlink()
         first_log_id = max([log_id for log_id, _ in logs] + list(usage) + [0]) + 1
         self._writer = EntryLogWriter(
-            self.ledgers_dir, first_log_id=first_log_id, max_size_bytes=self.config.entry_log_max_size_bytes
+            self.ledgers_dir, first_log_id=first_log_id, max_size_bytes=self.config.entry_log_max_size_bytes,
+            direct_io=self.config.direct_io,
         )
         self._gc = GarbageCollector(
             directory=self.ledgers_dir, index=self.index, writer=self._writer, deleted=self._committed_deleted,
