@@ -323,17 +323,24 @@ def _decode_frame(data: bytes, view: memoryview, start: int, end: int, require_c
         raise ProtocolError(f"command size {cmd_size} exceeds the frame's {end - start - 4} bytes")
     cmd = _parse(BaseCommand, view[start + 4 : cmd_end], "command")
     field = _FIELD_BY_TYPE.get(cmd.type)
-    name = BaseCommand.Type.Name(cmd.type)
     if field is None or not cmd.HasField(field):
-        raise ProtocolError(f"{name} command without its {field or 'body'} field")
+        raise ProtocolError(f"{_type_name(cmd.type)} command without its {field or 'body'} field")
     if cmd.type in _PAYLOAD_TYPES:
         if cmd_end == end:
-            raise ProtocolError(f"{name} frame without metadata and payload")
+            raise ProtocolError(f"{_type_name(cmd.type)} frame without metadata and payload")
         bem, metadata, payload, checksum_ok, entry = _decode_entry(data, view, cmd_end, end, require_checksum)
         return Frame(cmd, metadata, payload, checksum_ok, bem, entry)
     if cmd_end != end:
-        raise ProtocolError(f"{end - cmd_end} unexpected bytes after a {name} command")
+        raise ProtocolError(f"{end - cmd_end} unexpected bytes after a {_type_name(cmd.type)} command")
     return Frame(cmd)
+
+
+def _type_name(command_type: int) -> str:
+    """A command type's name, for error messages only (the enum lookup costs more than the decode)."""
+    try:
+        return BaseCommand.Type.Name(command_type)
+    except ValueError:
+        return f"command type {command_type}"
 
 
 def parse_entry(entry: bytes, *, require_checksum: bool = True) -> Entry:

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from config_store import Policies
-from magnetar.protocol import MessageId, pb
+from magnetar.protocol import MessageId, pb, split_batch
 from magnetar.protocol.client import (
     BatchBuilder,
     Client,
@@ -222,3 +222,36 @@ async def test_refusals_are_typed_and_not_retried(broker):
         with pytest.raises(ServerError) as info:
             await ours.create_producer("persistent://no-such-tenant/ns/t")
         assert not info.value.retriable
+
+
+async def test_whole_entries_count_their_messages_and_return_every_permit(broker):
+    # 60 entries of 5 messages through a queue of 10 permits: the broker only keeps sending if the consumer
+    # gives back 5 permits per entry it hands over; acking an entry acknowledges all 5 messages.
+    topic = unique_topic()
+    async with asyncio_client(broker.url) as ours:
+        consumer = await ours.subscribe(topic, "s", initial_position=InitialPosition.EARLIEST,
+                                        receiver_queue_size=10, whole_entries=True)
+        producer = await ours.create_producer(topic)
+        ids = []
+        for n in range(60):
+            builder = BatchBuilder(max_messages=5)
+            first = producer.next_sequence_ids(5)
+            for i in range(5):
+                builder.add(f"{n}-{i}".encode(), sequence_id=first + i)
+            batch = builder.build(producer_name=producer.producer_name, sequence_id=first)
+            ids.append(await (await producer.send_entry(batch.metadata, batch.payload, num_messages=5,
+                                                        highest_sequence_id=batch.highest_sequence_id)))
+        got = [await consumer.receive(timeout_s=10) for _ in range(60)]
+        assert [m.num_messages for m in got] == [5] * 60
+        assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
+            [(i.ledger_id, i.entry_id) for i in ids]
+        assert all(m.message_id.batch_index == -1 for m in got)
+        items = split_batch(got[7].payload, got[7].num_messages)  # handed over unsplit: the batch as stored
+        assert [bytes(item.payload) for item in items] == [f"7-{i}".encode() for i in range(5)]
+        consumer.ack_cumulative(got[-1])
+        await consumer.flush_acks()
+        await consumer.close()
+        again = await ours.subscribe(topic, "s", receiver_queue_size=10)
+        await (await producer.send(b"after"))
+        # Everything before was acknowledged: the first message that comes is the new one.
+        assert (await again.receive(timeout_s=10)).payload == b"after"

@@ -205,8 +205,10 @@ class Client:
         ack_group_time_s: float = 0.1,
         durable: bool = True,
         start_message_id: MessageId | None = None,
+        whole_entries: bool = False,
     ) -> Consumer:
-        """Subscribes to ``topic`` (a non-partitioned topic or one partition).
+        """Subscribes to ``topic`` (a non-partitioned topic or one partition); ``whole_entries``: see
+        :class:`Consumer`.
 
         Raises:
             NotAllowedError: ``topic`` is a partitioned topic (subscribe to each partition).
@@ -236,6 +238,7 @@ class Client:
             priority_level=priority_level,
             properties=properties,
             ack_group_time_s=ack_group_time_s,
+            whole_entries=whole_entries,
             operation_timeout_s=self.operation_timeout_s,
             backoff=self._backoff(),
         )

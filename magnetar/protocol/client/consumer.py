@@ -41,7 +41,7 @@ from .connection import Connection
 from .errors import AlreadyClosedError, ClientError, ConnectionClosedError, TopicTerminatedError
 from .handler import HandlerState, TopicHandler
 from .lookup import LookupService
-from .message import Message, unpack_entry
+from .message import Message, unpack_entry, whole_entry
 
 __all__ = ["Consumer", "ConsumerState", "InitialPosition", "SubscriptionType"]
 
@@ -82,6 +82,9 @@ class Consumer(TopicHandler):
         read_compacted: read the compacted view of the topic.
         properties: consumer metadata sent in SUBSCRIBE.
         ack_group_time_s: acknowledgements wait at most this long to be sent together (0: at once).
+        whole_entries: hand each entry over as one :class:`Message` whose payload is the entry's batch as
+            stored (``num_messages`` says how many messages it holds; acknowledging it acknowledges them
+            all), instead of splitting it. For tools that count or forward entries, as ``magnetar perf``.
         operation_timeout_s: how long :meth:`start` keeps retrying retriable errors.
         backoff: reconnection delays.
     """
@@ -106,6 +109,7 @@ class Consumer(TopicHandler):
         priority_level: int | None = None,
         properties: Mapping[str, str] | None = None,
         ack_group_time_s: float = 0.1,
+        whole_entries: bool = False,
         operation_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
     ) -> None:
@@ -125,6 +129,7 @@ class Consumer(TopicHandler):
         self.priority_level = priority_level
         self.properties = dict(properties or {})
         self.ack_group_time_s = ack_group_time_s
+        self.whole_entries = whole_entries
         self.is_active: bool | None = None
         self.reached_end_of_topic = False
         self.discarded_messages = 0
@@ -224,7 +229,7 @@ class Consumer(TopicHandler):
             self._discard(conn, cmd, _Validation.ChecksumMismatch, 1, "checksum mismatch")
             return
         try:
-            messages, skipped = unpack_entry(
+            messages, skipped = (whole_entry if self.whole_entries else unpack_entry)(
                 cmd.message_id,
                 frame.metadata,
                 frame.payload,
@@ -271,7 +276,7 @@ class Consumer(TopicHandler):
     def _take(self) -> Message:
         msg = self._queue.popleft()
         self._last_delivered = msg.message_id
-        self._return_permits(1)
+        self._return_permits(msg.num_messages)
         return msg
 
     async def _wait_available(self, deadline: float | None) -> bool:
@@ -373,7 +378,7 @@ class Consumer(TopicHandler):
         conn = self._conn
         if conn is None:
             return  # a reconnection redelivers anyway
-        dropped = len(self._queue)
+        dropped = sum(m.num_messages for m in self._queue)
         self._queue.clear()
         conn.send_command(wrap(pb.CommandRedeliverUnacknowledgedMessages(consumer_id=self.consumer_id)))
         if dropped:

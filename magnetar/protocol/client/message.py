@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from magnetar.protocol import MessageId, decompress, pb, split_batch
 
-__all__ = ["Message", "unpack_entry"]
+__all__ = ["Message", "unpack_entry", "whole_entry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,8 @@ class Message:
         redelivery_count: how many times the broker delivered it before.
         single_metadata: the batch item's own metadata (None for an unbatched message).
         topic: the topic (partition) it came from.
+        num_messages: how many messages this stands for: 1, or a whole entry's count when the consumer
+            takes entries whole (``Consumer(whole_entries=True)``: ``payload`` is then the batch as stored).
     """
 
     message_id: MessageId
@@ -37,6 +39,7 @@ class Message:
     redelivery_count: int = 0
     single_metadata: pb.SingleMessageMetadata | None = None
     topic: str = ""
+    num_messages: int = 1
 
     @property
     def properties(self) -> dict[str, str]:
@@ -131,6 +134,27 @@ def unpack_entry(
         mid = MessageId(ledger_id, entry_id, partition, index, count)
         messages.append(Message(mid, metadata, item.payload, redelivery_count, item.metadata, topic))
     return messages, skipped
+
+
+def whole_entry(
+    message_id: pb.MessageIdData,
+    metadata: pb.MessageMetadata,
+    payload: bytes,
+    *,
+    redelivery_count: int = 0,
+    ack_set: Sequence[int] = (),
+    partition: int = -1,
+    topic: str = "",
+) -> tuple[list[Message], int]:
+    """:func:`unpack_entry` without the split: the entry as one message (its id the entry's) standing for
+    ``num_messages_in_batch`` messages; markers are skipped. The ack set is not applied: acknowledging the
+    entry acknowledges every message of it."""
+    count = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    if metadata.HasField("marker_type"):
+        return [], count
+    ledger_id, entry_id = _ids(message_id)
+    return [Message(MessageId(ledger_id, entry_id, partition), metadata, payload, redelivery_count, None, topic,
+                    count)], 0
 
 
 def _ids(message_id: pb.MessageIdData) -> tuple[int, int]:
