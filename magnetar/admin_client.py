@@ -46,7 +46,8 @@ class AdminClient:
         self._opener = urllib.request.build_opener(_NoRedirect)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """Sends ``body`` (JSON, unless None) and returns the decoded JSON answer (None when empty)."""
+        """Sends ``body`` (JSON, unless None) and returns the decoded JSON answer: None for an empty body, so a
+        204 No Content (what a topic-level policy GET answers when nothing is set) reads like JSON ``null``."""
         url = self.base_url + path
         data = None if body is None else json.dumps(body).encode()
         for _ in range(_REDIRECTS_MAX):

@@ -1,8 +1,9 @@
 """``magnetar admin topics {set,get,remove}-inactive-topic-policies``, ``...-schema-compatibility-strategy`` and
 ``...-schema-validation-enforce``: a topic's own inactive-topic and schema policies, overriding its namespace's
 (a partitioned topic's cover its partitions). The options are the namespace commands' (and pulsar-admin's);
-``get-...`` prints the topic's own setting ("(not set)": its namespace's applies), or with ``--applied`` the one
-that applies. Strategy names are checked by the broker (a 400 lists them).
+``get-...`` prints the topic's own setting ("(not set)", or ``null`` with ``--json``, when the broker answers 204:
+its namespace's applies; the validation flag reads ``False`` when not set, as Pulsar answers it), or with
+``--applied`` the one that applies. Strategy names are checked by the broker (a 400 lists them).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def add_topic_policy_commands(topics_app: typer.Typer) -> None:
     @topics_app.command("get-schema-validation-enforce")
     def get_schema_validation(topic: str, applied: bool = AppliedOpt, url: Optional[str] = UrlOpt,
                               data_dir: Optional[pathlib.Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
-        """Show whether a topic enforces schema validation ("(not set)": its namespace's setting applies)."""
+        """Show whether a topic enforces schema validation (False when not set: its namespace's applies)."""
         emit(call(url, data_dir, "GET", _path(topic, "schemaValidationEnforced", applied=applied)), as_json)
 
     @topics_app.command("remove-schema-validation-enforce")

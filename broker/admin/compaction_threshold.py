@@ -4,7 +4,8 @@
   ``compaction_threshold`` (GET answers ``null`` when none is set);
 * ``POST|PUT|GET|DELETE /admin/v2/{domain}/{tenant}/{namespace}/{topic}/compactionThreshold``: the topic's own
   (``TopicPolicies.compactionThreshold``; Pulsar sets it with POST), overriding its namespace's; GET
-  ``?applied=true`` answers what applies (topic, else namespace, else 0). The topic need not exist yet.
+  ``?applied=true`` answers what applies (topic, else namespace, else 0), without it 204 (no body) when the
+  topic has none, as Pulsar. The topic need not exist yet.
 
 0 means never. A body that is not a non-negative integer is a 400 and nothing is stored; an unknown namespace
 is a 404. Brokers see changes through the policies watches; the owner's periodic check
@@ -19,7 +20,8 @@ from ..service.compaction_monitor import effective_threshold
 from .body import expect_int, query_bool, read_json, topic_of
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import own_topic_policies, policies_owner, set_namespace_policy, set_topic_policy
+from .namespace_args import (own_topic_policies, policies_owner, policy_answer,
+                             set_namespace_policy, set_topic_policy)
 
 routes = web.RouteTableDef()
 
@@ -64,14 +66,15 @@ async def remove_namespace_compaction_threshold(request: web.Request) -> web.Res
 
 @routes.get(T)
 async def get_topic_compaction_threshold(request: web.Request) -> web.Response:
-    """The topic's own threshold (``null`` when none is set); with ``applied=true`` the one that applies."""
+    """The topic's own threshold (204 without a body when none is set); with ``applied=true`` the one that
+    applies."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
     own = await own_topic_policies(ctx, policies_owner(topic))
     if query_bool(request, "applied"):
         return web.json_response(effective_threshold(namespace_policies, own))
-    return web.json_response(None if own is None else own.compaction_threshold)
+    return policy_answer(None if own is None else own.compaction_threshold)
 
 
 async def _set_topic_threshold(request: web.Request) -> web.Response:

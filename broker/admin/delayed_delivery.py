@@ -6,7 +6,8 @@
 * ``POST|GET|DELETE /admin/v2/{domain}/{tenant}/{namespace}/{topic}/delayedDelivery``: the topic's own
   (``TopicPolicies.delayedDeliveryEnabled`` / ``delayedDeliveryTickTimeMillis`` /
   ``delayedDeliveryMaxDelayInMillis``), overriding its namespace's setting by setting; GET ``?applied=true``
-  answers what applies (topic, else namespace, else broker). The topic need not exist yet.
+  answers what applies (topic, else namespace, else broker), without it 204 (no body) when the topic has none,
+  as Pulsar. The topic need not exist yet.
 
 ``active`` is required (a misspelt field must not silently switch delayed delivery off); ``tickTime``
 defaults to 1000 (pulsar-admin's default) and ``maxDeliveryDelayInMillis`` to 0 (no limit). A malformed
@@ -31,7 +32,7 @@ from .context import AdminContext
 from .errors import bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import own_topic_policies, policies_owner, update_topic_policies
+from .namespace_args import own_topic_policies, policies_owner, policy_answer, update_topic_policies
 from .namespace_args import set_namespace_policy
 
 routes = web.RouteTableDef()
@@ -103,7 +104,7 @@ async def _set_topic(ctx: AdminContext, topic: TopicName, policies: DelayedDeliv
 
 @routes.get(T)
 async def get_topic_delayed_delivery(request: web.Request) -> web.Response:
-    """The topic's own policies (``null`` when none is set); with ``applied=true`` what applies."""
+    """The topic's own policies (204 without a body when none is set); with ``applied=true`` what applies."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
@@ -114,7 +115,7 @@ async def get_topic_delayed_delivery(request: web.Request) -> web.Response:
         return web.json_response(DelayedDeliveryPolicies(*settings).to_dict())
     if own is None or all(v is None for v in (own.delayed_delivery_enabled, own.delayed_delivery_tick_time_ms,
                                                own.delayed_delivery_max_delay_ms)):
-        return web.json_response(None)
+        return policy_answer(None)
     return web.json_response({"active": own.delayed_delivery_enabled, "tickTime": own.delayed_delivery_tick_time_ms,
                               "maxDeliveryDelayInMillis": own.delayed_delivery_max_delay_ms})
 

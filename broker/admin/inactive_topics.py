@@ -5,7 +5,8 @@
   (GET answers ``null`` when none is set: the broker's ``delete_inactive_topics_*`` settings apply);
 * ``POST|GET|DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/inactiveTopicPolicies``: the topic's own
   (``TopicPolicies.inactiveTopicPolicies``; a partitioned topic's cover its partitions), replacing its
-  namespace's as a whole; GET ``?applied=true`` answers what applies (topic, else namespace, else broker).
+  namespace's as a whole; GET ``?applied=true`` answers what applies (topic, else namespace, else broker),
+  without it 204 (no body) when the topic has none, as Pulsar.
   The topic must exist (404), or have policies of its own; non-persistent topics are refused (405): they
   unload themselves when idle and store nothing to delete.
 
@@ -31,7 +32,7 @@ from .context import AdminContext
 from .errors import RestError, bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import set_namespace_policy, set_topic_policy, topic_policy_scope
+from .namespace_args import policy_answer, set_namespace_policy, set_topic_policy, topic_policy_scope
 
 routes = web.RouteTableDef()
 
@@ -102,14 +103,14 @@ async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, P
 
 @routes.get(T)
 async def get_topic_inactive_topic_policies(request: web.Request) -> web.Response:
-    """The topic's own policies (``null`` when none is set); with ``applied=true`` what applies."""
+    """The topic's own policies (204 without a body when none is set); with ``applied=true`` what applies."""
     ctx, _, namespace_policies, own = await _topic_scope(request)
     if query_bool(request, "applied"):
         config = getattr(ctx.service, "config", None) or ServiceConfig()  # no service: the defaults
         enabled, mode, max_inactive_s = inactive_topics.resolve(config, namespace_policies, own)
         return web.json_response(InactiveTopicPolicies(mode, int(max_inactive_s), enabled).to_dict())
     policies = None if own is None else own.inactive_topic_policies
-    return web.json_response(None if policies is None else policies.to_dict())
+    return policy_answer(None if policies is None else policies.to_dict())
 
 
 @routes.post(T)

@@ -1,6 +1,6 @@
 """What policy routes share: the ``{tenant}/{namespace}`` of a path, checked; compare-and-set updates of a
-namespace's or a topic's own policies that answer 404 for a namespace that does not exist; whether a topic
-exists."""
+namespace's or a topic's own policies that answer 404 for a namespace that does not exist; removing a deleted
+topic's own policies; whether a topic exists; the answer of a topic-level GET."""
 
 from __future__ import annotations
 
@@ -79,6 +79,28 @@ async def set_topic_policy(ctx: AdminContext, topic: TopicName, field: str, valu
     await update_topic_policies(ctx, policies_owner(topic), apply)
 
 
+async def remove_topic_policies(ctx: AdminContext, topic: TopicName, *, partitions: int = 0) -> None:
+    """Removes the topic's own policies and, for a partitioned topic of ``partitions`` partitions, any stored
+    under its partitions' names, as Pulsar does when it deletes a topic: one created again under the name
+    starts without topic-level policies. Having none is no error. Called once the topic's data is gone."""
+    tenant, namespace, domain, local = topic_policies_key(topic)
+    names = {local}
+    if partitions:
+        partition_names = {topic.partition(i).local_name for i in range(partitions)}
+        names |= partition_names & set(await ctx.configuration.list_topic_policies(tenant, namespace, domain))
+    for name in sorted(names):
+        try:
+            await ctx.configuration.delete_topic_policies(tenant, namespace, domain, name)
+        except NotFoundError:
+            pass  # none set, or removed meanwhile
+
+
+def policy_answer(value: Any) -> web.Response:
+    """A topic-level policy GET's answer: the value as JSON, or 204 without a body when it is not set (Pulsar
+    resumes a null, which JAX-RS sends as 204 No Content)."""
+    return web.Response(status=204) if value is None else web.json_response(value)
+
+
 def policies_owner(topic: TopicName) -> TopicName:
     """The name whose policies a topic follows: a partition follows its partitioned topic (as the broker reads
     them)."""
@@ -107,7 +129,8 @@ async def require_topic(ctx: AdminContext, topic: TopicName) -> None:
 async def topic_policy_scope(ctx: AdminContext, topic: TopicName) -> tuple[Policies, Optional[TopicPolicies]]:
     """For a topic-level policy call: the namespace's policies (404 without namespace) and the topic's own
     (None when none are set, a partition reading its partitioned topic's). 404 unless the topic exists or has
-    policies of its own (a topic deleted since keeps them: they can still be read, changed and removed)."""
+    policies of its own (routes that need no topic may have stored some before it was created; deleting a
+    topic removes them)."""
     namespace_policies = await ctx.policies(topic.tenant, topic.namespace_portion)
     own = await own_topic_policies(ctx, policies_owner(topic))
     if own is None:

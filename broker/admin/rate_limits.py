@@ -17,11 +17,12 @@ partitions, and a partition's name reaches its partitioned topic's):
   ``subscriptionDispatchRate``, overriding the namespace's; GET ``?applied=true`` answers the rate that
   applies (topic, else namespace, else the broker's default: ``broker/service/rate_policy.py``).
 
-GET answers ``null`` when none is set. A field left out takes Pulsar's default (-1: no limit; period 1 s);
-a limit ``<= 0`` is no limit, and a rate without any positive limit counts as unset (the next level
-applies, as Pulsar's ``normalize``). A malformed body is a 400 naming the field (unknown fields included,
-unlike Pulsar, which ignores them: a misspelt limit would silently be none) and nothing is stored; an unknown
-namespace or topic is a 404. Brokers apply changes to loaded topics at once (through the policies watches).
+A namespace GET answers ``null`` when none is set; a topic GET answers 204 without a body, as Pulsar. A field
+left out takes Pulsar's default (-1: no limit; period 1 s); a limit ``<= 0`` is no limit, and a rate without
+any positive limit counts as unset (the next level applies, as Pulsar's ``normalize``). A malformed body is a
+400 naming the field (unknown fields included, unlike Pulsar, which ignores them: a misspelt limit would
+silently be none) and nothing is stored; an unknown namespace or topic is a 404. Brokers apply changes to
+loaded topics at once (through the policies watches).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .body import expect_bool, expect_int, expect_object, query_bool, read_json,
 from .errors import bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import policies_owner, topic_policy_scope, update_topic_policies
+from .namespace_args import policies_owner, policy_answer, topic_policy_scope, update_topic_policies
 from .namespace_args import update_namespace as _update
 
 
@@ -131,7 +132,8 @@ def _topic_rate_routes(path: str, attribute: str, kind: str, parse: Callable[[An
     """GET / POST / DELETE of one rate of a topic's own policies (``kind``: the rate in ``rate_policy``)."""
 
     async def get_rate(request: web.Request) -> web.Response:
-        """The topic's own rate (``null`` when none is set); with ``applied=true`` the one that applies."""
+        """The topic's own rate (204 without a body when none is set); with ``applied=true`` the one that
+        applies."""
         ctx = request.app[CONTEXT]
         topic = topic_of(request, _TOPIC_SEGMENT)
         applied = query_bool(request, "applied")
@@ -140,7 +142,7 @@ def _topic_rate_routes(path: str, attribute: str, kind: str, parse: Callable[[An
             config = getattr(ctx.service, "config", None) or ServiceConfig()  # no service: the defaults
             return web.json_response(rate_policy.applied(kind, config, namespace_policies, own, ctx.cluster).to_dict())
         rate = getattr(own, attribute, None)
-        return web.json_response(None if rate is None else rate.to_dict())
+        return policy_answer(None if rate is None else rate.to_dict())
 
     async def store(request: web.Request, rate: Any) -> web.Response:
         ctx = request.app[CONTEXT]

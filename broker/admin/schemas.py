@@ -15,8 +15,9 @@
   string) and ``GET|POST|DELETE .../schemaValidationEnforced`` (a boolean): the topic's own
   (``TopicPolicies``; a partitioned topic's cover its partitions), overriding its namespace's for PRODUCER,
   SUBSCRIBE and the uploads above (which use the persistent topic's, the schema being shared by both
-  domains); GET answers ``null`` when none is set, ``?applied=true`` what applies. The topic must exist (404)
-  or have policies of its own; UNDEFINED means "the namespace's", as in Pulsar. Non-persistent topics are
+  domains); ``?applied=true`` answers what applies. As Pulsar, without it the strategy GET answers 204 (no
+  body) when none is set and the flag GET ``false``. The topic must exist (404) or have policies of its own;
+  UNDEFINED means "the namespace's" (stored as nothing), as in Pulsar. Non-persistent topics are
   refused (405): they follow their namespace's.
 
 ``{topic}`` is the topic's local name (URL-encoded); partitions share their partitioned topic's schema and the
@@ -44,7 +45,8 @@ from .context import AdminContext
 from .errors import RestError, bad_request, not_found
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import own_topic_policies, policies_owner, set_namespace_policy, set_topic_policy, topic_policy_scope
+from .namespace_args import (own_topic_policies, policies_owner, policy_answer, set_namespace_policy,
+                             set_topic_policy, topic_policy_scope)
 
 
 routes = web.RouteTableDef()
@@ -245,18 +247,20 @@ async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, P
 
 @routes.get(TP + "/schemaCompatibilityStrategy")
 async def get_topic_strategy(request: web.Request) -> web.Response:
-    """The topic's own strategy (``null`` when none is set); with ``applied=true`` the one that applies."""
+    """The topic's own strategy (204 without a body when none is set, UNDEFINED counting as none, as Pulsar);
+    with ``applied=true`` the one that applies."""
     _, _, namespace_policies, own = await _topic_scope(request)
     if query_bool(request, "applied"):
         return web.json_response(DEFAULTS.policy(namespace_policies, own).strategy.value)
-    return web.json_response(None if own is None else own.schema_compatibility_strategy)
+    strategy = None if own is None else own.schema_compatibility_strategy
+    return policy_answer(None if strategy == "UNDEFINED" else strategy)
 
 
 @routes.put(TP + "/schemaCompatibilityStrategy")
 async def set_topic_strategy(request: web.Request) -> web.Response:
     value = _parse_strategy(await read_json(request))
     ctx, topic, _, _ = await _topic_scope(request)
-    await set_topic_policy(ctx, topic, "schema_compatibility_strategy", value)
+    await set_topic_policy(ctx, topic, "schema_compatibility_strategy", None if value == "UNDEFINED" else value)
     return web.Response(status=204)
 
 
@@ -270,11 +274,12 @@ async def remove_topic_strategy(request: web.Request) -> web.Response:
 
 @routes.get(TP + "/schemaValidationEnforced")
 async def get_topic_validation_enforced(request: web.Request) -> web.Response:
-    """The topic's own flag (``null`` when none is set); with ``applied=true`` the one that applies."""
+    """The topic's own flag, ``false`` when none is set (Pulsar's answer: a boolean, never 204); with
+    ``applied=true`` the one that applies."""
     _, _, namespace_policies, own = await _topic_scope(request)
     if query_bool(request, "applied"):
         return web.json_response(DEFAULTS.policy(namespace_policies, own).validation_enforced)
-    return web.json_response(None if own is None else own.schema_validation_enforced)
+    return web.json_response(bool(own is not None and own.schema_validation_enforced))
 
 
 @routes.post(TP + "/schemaValidationEnforced")

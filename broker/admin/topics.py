@@ -24,7 +24,8 @@ from .context import AdminContext
 from .errors import RestError, bad_request, conflict, not_found
 from .fanout import PartitionAnswer, fan_out, judge, partition_calls
 from .keys import CONTEXT
-from .namespace_args import own_topic_policies, topic_exists, update_topic_policies
+from .namespace_args import (own_topic_policies, policy_answer, remove_topic_policies, topic_exists,
+                             update_topic_policies)
 from .partition_growth import copy_subscriptions
 from .replication import check_clusters, replication_clusters
 
@@ -121,6 +122,8 @@ async def create_topic(request: web.Request) -> web.Response:
 
 @routes.delete(T + "/{topic}")
 async def delete_topic(request: web.Request) -> web.Response:
+    """Deletes a non-partitioned topic at its owner; the service removes its own policies with its data
+    (``BrokerService.delete_topic``), so a refused delete (412 with clients connected, 404) leaves them."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     force = query_bool(request, "force")
@@ -229,6 +232,9 @@ async def get_partitioned_metadata(request: web.Request) -> web.Response:
 
 @routes.delete(T + "/{topic}/partitions")
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
+    """Deletes every partition at its owner, then the partitioned topic's own policies and its metadata; a
+    partition that fails (412 with clients connected and no ``force``) fails the call and the policies and
+    metadata stay."""
     ctx = request.app[CONTEXT]
     topic = topic_of(request, _TOPIC_SEGMENT)
     force = query_bool(request, "force")
@@ -238,6 +244,9 @@ async def delete_partitioned_topic(request: web.Request) -> web.Response:
         raise not_found(f"Partitioned topic {topic} not found")
     query = "?force=true" if force else ""
     _raise_failed(await fan_out(ctx, "DELETE", partition_calls(topic, n, query)), missing_ok=True)
+    # Every partition is gone (each owner removed its partition's own policies); the partitioned topic's go
+    # before its metadata, as in Pulsar, so a retry after a failure here still finds the topic and finishes.
+    await remove_topic_policies(ctx, topic, partitions=n)
     await ctx.configuration.delete_partitioned_topic(topic.tenant, topic.namespace_portion, topic.domain.value,
                                                      topic.local_name)
     return web.Response(status=204)
@@ -349,7 +358,7 @@ async def get_replication_clusters(request: web.Request) -> web.Response:
     clusters = None if own is None else own.replication_clusters
     if clusters is None and applied:
         clusters = namespace_policies.replication_clusters
-    return web.Response(status=204) if clusters is None else web.json_response(clusters)
+    return policy_answer(clusters)
 
 
 @routes.post(T + "/{topic}/replication")

@@ -311,10 +311,17 @@ class BrokerService:
             log.info("[%s] unloaded", key)
 
     async def delete_topic(self, name: str, *, force: bool = False) -> None:
-        """Deletes a topic's storage. Without ``force`` refuses while clients are connected (TopicBusyError).
+        """Deletes a topic's storage, then its own topic-level policies, as Pulsar's ``Topic.delete`` does (a
+        topic created again under the name starts without them). Without ``force`` refuses while clients are
+        connected (TopicBusyError), and a refused or failed delete leaves the policies. A partition's policies
+        are its partitioned topic's, removed when the partitioned topic is deleted; only any stored under the
+        partition's own name go with it. Inactive-topic deletion comes here too. Policies live in the store
+        every region shares, so a topic replicated to other regions keeps them: deleting it here deletes
+        only this region's copy (as Pulsar keeps a topic's global policies when one cluster deletes it).
 
         Raises:
             TopicNotFoundError: no such topic.
+            MetadataError: the data is gone but the policies could not be removed.
         """
         topic = await self.get_topic(name, create=False)
         if topic is None:
@@ -326,6 +333,23 @@ class BrokerService:
             if self._topics.get(key) is topic and topic.state is not TopicState.ACTIVE:
                 del self._topics[key]
         log.info("[%s] deleted", key)
+        if set(getattr(topic, "replication_clusters", ())) <= {self.cluster_name}:  # non-persistent: none
+            await self._remove_own_topic_policies(topic.topic_name)
+
+    async def _remove_own_topic_policies(self, topic_name: TopicName) -> None:
+        if self.configuration_store is None:
+            return
+        from config_store.errors import MetadataError as StoreError, NotFoundError
+
+        try:
+            await self.configuration_store.delete_topic_policies(
+                topic_name.tenant, topic_name.namespace_portion, str(topic_name.domain), topic_name.local_name)
+        except NotFoundError:
+            return  # it had none
+        except StoreError as exc:
+            raise MetadataError(f"topic {topic_name} was deleted but its topic-level policies were not removed "
+                                f"({exc}); remove them with DELETE on each policy") from exc
+        log.info("[%s] removed its topic-level policies", topic_name)
 
     # --------------------------------------------------------------------------------- lookups
 

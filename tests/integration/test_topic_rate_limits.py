@@ -180,7 +180,7 @@ def test_the_broker_default_dispatch_rate_applies_until_a_namespace_or_topic_set
     url = f"{broker.http_url}/admin/v2/persistent/{NS}/{name}/subscriptionDispatchRate"
     client.subscribe(topic, "s").close()  # a durable subscription: the backlog waits for it
     fill(client, topic, 6000)
-    assert rest("GET", url) == (200, None)
+    assert rest("GET", url) == (204, None)
     assert rest("GET", url + "?applied=true") == (200, {
         "dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": 0, "relativeToPublishRate": False,
         "ratePeriodInSecond": 1})
@@ -235,7 +235,7 @@ def test_bad_bodies_are_400_unknown_topics_404_and_nothing_changes(broker, clien
     assert rest("GET", f"{t}/dispatchRate") == (200, good)
     status, answer = rest("POST", f"{t}/publishRate", {"publishThrottlingRateInByte": 1.5})
     assert status == 400 and "publishThrottlingRateInByte" in answer["reason"]
-    assert rest("GET", f"{t}/publishRate") == (200, None)
+    assert rest("GET", f"{t}/publishRate") == (204, None)
 
     result = CliRunner().invoke(admin_app, ["topics", "set-publish-rate", f"persistent://{NS}/nope-{name}", "-m", "5",
                                             "--url", broker.http_url])

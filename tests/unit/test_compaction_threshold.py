@@ -138,7 +138,7 @@ async def test_topic_threshold_round_trip_and_applied(nodes, http) -> None:
     await setup_namespace(http, a.url)
     ns_url = f"{a.url}/admin/v2/namespaces/t/ns/compactionThreshold"
     url = f"{a.url}/admin/v2/persistent/t/ns/not-yet/compactionThreshold"
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, 0)
     assert await call(http, "PUT", ns_url, 1000) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, 1000)
@@ -149,6 +149,6 @@ async def test_topic_threshold_round_trip_and_applied(nodes, http) -> None:
     assert status == 400 and "must be >= 0" in answer["reason"]
     assert await call(http, "GET", url) == (200, 50)
     assert await call(http, "DELETE", url) == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, 1000)
     assert (await call(http, "POST", f"{a.url}/admin/v2/persistent/t/nope/x/compactionThreshold", 5))[0] == 404

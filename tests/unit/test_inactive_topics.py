@@ -113,7 +113,7 @@ async def test_topic_policies_over_rest_round_trip_fall_back_and_refuse_bad_bodi
     assert status == 404 and "does not exist" in answer["reason"]  # no such topic: nothing stored
     assert (await call(http, "GET", url))[0] == 404
     assert await call(http, "PUT", f"{a.url}/admin/v2/persistent/t/ns/idle") == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     ns_body = {**body, "inactiveTopicDeleteMode": NO_SUBS, "maxInactiveDurationSeconds": 600}
     assert await call(http, "POST", f"{a.url}/admin/v2/namespaces/t/ns/inactiveTopicPolicies", ns_body) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, ns_body)
@@ -131,7 +131,7 @@ async def test_topic_policies_over_rest_round_trip_fall_back_and_refuse_bad_bodi
         assert status == 400 and fragment in answer["reason"], (bad, answer)
     assert await call(http, "GET", url) == (200, body)
     assert await call(http, "DELETE", url) == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, ns_body)
     status, answer = await call(http, "POST", f"{a.url}/admin/v2/non-persistent/t/ns/idle/inactiveTopicPolicies", body)
     assert status == 405 and "non-persistent" in answer["reason"]

@@ -189,7 +189,7 @@ async def test_topic_rates_round_trip_and_override_the_namespace(nodes, http) ->
     assert await call(http, "PUT", f"{a.url}/admin/v2/persistent/t/ns/orders") == (204, None)
     t = f"{a.url}/admin/v2/persistent/t/ns/orders"
     for path in TOPIC_PATHS:
-        assert await call(http, "GET", f"{t}/{path}") == (200, None)
+        assert await call(http, "GET", f"{t}/{path}") == (204, None)
     assert await call(http, "GET", f"{t}/publishRate?applied=true") == (200, {
         "publishThrottlingRateInMsg": 0, "publishThrottlingRateInByte": 0})  # the broker's: off
     ns_rate = {"publishThrottlingRateInMsg": 300, "publishThrottlingRateInByte": -1}
@@ -212,7 +212,7 @@ async def test_topic_rates_round_trip_and_override_the_namespace(nodes, http) ->
     for path in TOPIC_PATHS:
         assert await call(http, "DELETE", f"{t}/{path}") == (204, None)
         assert await call(http, "DELETE", f"{t}/{path}") == (204, None)
-        assert await call(http, "GET", f"{t}/{path}") == (200, None)
+        assert await call(http, "GET", f"{t}/{path}") == (204, None)
     assert await call(http, "GET", f"{t}/publishRate?applied=true") == (200, ns_rate)  # the namespace's again
 
 
@@ -253,7 +253,7 @@ async def test_bad_topic_rate_bodies_are_400_and_change_nothing(nodes, http) -> 
                            ({"relativeToPublishRate": "no"}, "relativeToPublishRate")):
             status, answer = await call(http, "POST", f"{t}/{path}", bad)
             assert status == 400 and field in answer["reason"], (path, bad, answer)
-        assert await call(http, "GET", f"{t}/{path}") == (200, None)
+        assert await call(http, "GET", f"{t}/{path}") == (204, None)
 
 
 async def test_rates_of_an_unknown_topic_or_namespace_are_404(nodes, http) -> None:
@@ -265,4 +265,4 @@ async def test_rates_of_an_unknown_topic_or_namespace_are_404(nodes, http) -> No
                 status, answer = await call(http, method, f"{t}/{path}", body)
                 assert status == 404 and answer["reason"], (t, path, method)
     assert await call(http, "PUT", f"{a.url}/admin/v2/persistent/t/ns/ghost") == (204, None)  # now it exists
-    assert await call(http, "GET", f"{a.url}/admin/v2/persistent/t/ns/ghost/publishRate") == (200, None)
+    assert await call(http, "GET", f"{a.url}/admin/v2/persistent/t/ns/ghost/publishRate") == (204, None)

@@ -51,7 +51,7 @@ async def test_strategy_over_rest_governs_uploads_and_falls_back_on_delete(nodes
     status, answer = await call(http, "PUT", url, "FORWARD")
     assert status == 404 and "does not exist" in answer["reason"]
     assert await call(http, "PUT", topic) == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, "FULL")
     schemas = f"{a.url}/admin/v2/schemas/t/ns/users"
     v1 = {"type": "AVRO", "schema": json.dumps(RECORD_V1)}
@@ -71,7 +71,7 @@ async def test_strategy_over_rest_governs_uploads_and_falls_back_on_delete(nodes
     assert (await call(http, "PUT", url, raw=b""))[0] == 400
     assert await call(http, "GET", url) == (200, "FORWARD")
     assert await call(http, "DELETE", url) == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (204, None)
     status, answer = await call(http, "POST", f"{schemas}/schema", v2)
     assert status == 409  # FULL again: refused, nothing stored
     assert await call(http, "PUT", url, "ALWAYS_COMPATIBLE") == (204, None)
@@ -88,7 +88,7 @@ async def test_validation_flag_over_rest(nodes, http) -> None:
     assert await call(http, "PUT", f"{a.url}/admin/v2/persistent/t/ns/parts/partitions", 2) == (204, None)
     url = f"{a.url}/admin/v2/persistent/t/ns/parts/schemaValidationEnforced"
     partition = f"{a.url}/admin/v2/persistent/t/ns/parts-partition-1/schemaValidationEnforced"
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (200, False)
     assert await call(http, "POST", f"{a.url}/admin/v2/namespaces/t/ns/schemaValidationEnforced", True) == (204, None)
     assert await call(http, "GET", url + "?applied=true") == (200, True)
     assert await call(http, "POST", url, False) == (204, None)
@@ -99,7 +99,7 @@ async def test_validation_flag_over_rest(nodes, http) -> None:
         assert status == 400 and "must be true or false" in answer["reason"], (bad, answer)
     assert await call(http, "GET", url) == (200, False)
     assert await call(http, "DELETE", url) == (204, None)
-    assert await call(http, "GET", url) == (200, None)
+    assert await call(http, "GET", url) == (200, False)
     assert await call(http, "GET", url + "?applied=true") == (200, True)
     missing = f"{a.url}/admin/v2/persistent/t/ns/nothing/schemaValidationEnforced"
     assert (await call(http, "POST", missing, True))[0] == 404
