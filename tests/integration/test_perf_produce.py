@@ -15,6 +15,7 @@ import pytest
 
 from tests.kit.broker_thread import broker, storage, unique_topic  # noqa: F401 (fixtures)
 from tests.kit.brokers import start_brokers
+from tests.kit.wait import wait_for
 
 LATENCY_LINE = re.compile(r"== latency ms: p50 [\d.]+  p95 [\d.]+  p99 [\d.]+  p99\.9 [\d.]+  max [\d.]+")
 SUMMARY_LINE = re.compile(r"== (produce|consume) summary: [\d.]+ s, ([\d,]+) msgs, ([\d,]+) msg/s, ([\d.]+) MB/s")
@@ -46,17 +47,16 @@ def test_perf_produce_reports_throughput_and_latency(broker, tmp_path, client_ki
 
 
 @pytest.mark.parametrize("client_kind", ["pulsar", "magnetar"])
-def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kind):
+@pytest.mark.parametrize("sub_type", ["Shared", "Exclusive"])  # acknowledged one by one / cumulatively
+def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kind, sub_type):
     topic = unique_topic("perf")
     consume_json = tmp_path / "consume.json"
     consumer = subprocess.Popen(
         [sys.executable, "-m", "magnetar", "perf", "consume", broker.url, topic, "--client", client_kind,
-         "--subscription-type", "Shared", "--duration", "8", "--interval", "1", "--json", str(consume_json)],
+         "--subscription-type", sub_type, "--duration", "8", "--interval", "1", "--json", str(consume_json)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # Produce once the subscription exists (its initial position is "latest").
-        from tests.kit.wait import wait_for
-
         wait_for(lambda: "perf" in broker.stats(topic).get("subscriptions", {}), 30, what="perf subscription")
         produce_json = tmp_path / "produce.json"
         produced = check_report(perf("produce", broker.url, topic, "--duration", "2", "--rate", "5000", "--interval", "1",
@@ -67,6 +67,8 @@ def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kin
         consumer.kill()
     consumed = check_report(subprocess.CompletedProcess(consumer.args, consumer.returncode, stdout, ""), consume_json)
     assert consumed["messages"] == produced["messages"]
+    # Everything received was acknowledged (cumulatively or one by one): no backlog is left.
+    wait_for(lambda: broker.stats(topic)["subscriptions"]["perf"]["msgBacklog"] == 0, 30, what="no backlog")
     # pulsar-client was once handed a Python logger that let every DEBUG line through, one per message
     # received: a fifth of the consume rate went to logging
     assert "DEBUG" not in stdout, stdout[:2000]
