@@ -249,6 +249,23 @@ def test_batch_builder_compresses() -> None:
     assert len(messages) == 50 and messages[49].payload == b"z" * 100
 
 
+def test_unpack_whole_keeps_the_entry_as_one_message_standing_for_its_batch() -> None:
+    b = BatchBuilder(compression=pb.LZ4)
+    for i in range(4):
+        b.add(f"m{i}".encode() * 30)
+    built = b.build(producer_name="p", sequence_id=0)
+    mid = pb.MessageIdData(ledgerId=3, entryId=8)
+    [msg], skipped = unpack_entry(mid, built.metadata, built.payload, partition=1, whole=True,
+                                  ack_set=[0b0001])  # an ack set is not applied to a whole entry
+    assert skipped == 0 and msg.num_messages == 4 and msg.payload == built.payload  # as stored: compressed
+    assert msg.message_id == MessageId(3, 8, 1) and msg.message_id.batch_index == -1
+    marker = message_metadata(producer_name="p", sequence_id=0)
+    marker.marker_type = 10
+    assert unpack_entry(mid, marker, b"", whole=True) == ([], 1)  # markers are never handed over
+    [single], _ = unpack_entry(mid, message_metadata(producer_name="p", sequence_id=1), b"v", whole=True)
+    assert single.num_messages == 1 and single.payload == b"v"
+
+
 def test_unpack_single_markers_ack_sets_and_compacted() -> None:
     mid = pb.MessageIdData(ledgerId=4, entryId=5)
     md = message_metadata(producer_name="p", sequence_id=9, key="k", properties={"a": "1"})

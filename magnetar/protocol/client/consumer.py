@@ -41,7 +41,7 @@ from .connection import Connection
 from .errors import AlreadyClosedError, ClientError, ConnectionClosedError, TopicTerminatedError
 from .handler import HandlerState, TopicHandler
 from .lookup import LookupService
-from .message import Message, unpack_entry, whole_entry
+from .message import Message, unpack_entry
 
 __all__ = ["Consumer", "ConsumerState", "InitialPosition", "SubscriptionType"]
 
@@ -229,7 +229,7 @@ class Consumer(TopicHandler):
             self._discard(conn, cmd, _Validation.ChecksumMismatch, 1, "checksum mismatch")
             return
         try:
-            messages, skipped = (whole_entry if self.whole_entries else unpack_entry)(
+            messages, skipped = unpack_entry(
                 cmd.message_id,
                 frame.metadata,
                 frame.payload,
@@ -237,6 +237,7 @@ class Consumer(TopicHandler):
                 ack_set=cmd.ack_set,
                 partition=self.partition,
                 topic=self.topic,
+                whole=self.whole_entries,
             )
         except ProtocolError as exc:
             count = frame.metadata.num_messages_in_batch if frame.metadata.HasField("num_messages_in_batch") else 1

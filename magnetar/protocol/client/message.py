@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from magnetar.protocol import MessageId, decompress, pb, split_batch
 
-__all__ = ["Message", "unpack_entry", "whole_entry"]
+__all__ = ["Message", "unpack_entry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,7 @@ def unpack_entry(
     ack_set: Sequence[int] = (),
     partition: int = -1,
     topic: str = "",
+    whole: bool = False,
 ) -> tuple[list[Message], int]:
     """Turns one received entry into messages.
 
@@ -107,6 +108,9 @@ def unpack_entry(
         message_id: the MESSAGE's id (ledger, entry; partition and batch index unset).
         partition: this consumer's partition index (ids carry it; the broker does not send it).
         ack_set: the MESSAGE's ack set (batch indexes already acknowledged are skipped).
+        whole: no split: the entry as one message (its id the entry's, its payload as stored) standing for
+            ``num_messages_in_batch`` messages; the ack set is not applied (acknowledging the entry
+            acknowledges every message of it).
 
     Returns:
         (messages to deliver, number of messages skipped: markers, compacted-out or already acknowledged).
@@ -119,9 +123,12 @@ def unpack_entry(
     count = metadata.num_messages_in_batch if batched else 1
     if metadata.HasField("marker_type"):
         return [], count
+    ledger_id, entry_id = _ids(message_id)
+    if whole:
+        return [Message(MessageId(ledger_id, entry_id, partition), metadata, payload, redelivery_count, None, topic,
+                        count)], 0
     if metadata.compression != pb.NONE:
         payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
-    ledger_id, entry_id = _ids(message_id)
     if not batched:
         mid = MessageId(ledger_id, entry_id, partition)
         return [Message(mid, metadata, payload, redelivery_count, None, topic)], 0
@@ -134,27 +141,6 @@ def unpack_entry(
         mid = MessageId(ledger_id, entry_id, partition, index, count)
         messages.append(Message(mid, metadata, item.payload, redelivery_count, item.metadata, topic))
     return messages, skipped
-
-
-def whole_entry(
-    message_id: pb.MessageIdData,
-    metadata: pb.MessageMetadata,
-    payload: bytes,
-    *,
-    redelivery_count: int = 0,
-    ack_set: Sequence[int] = (),
-    partition: int = -1,
-    topic: str = "",
-) -> tuple[list[Message], int]:
-    """:func:`unpack_entry` without the split: the entry as one message (its id the entry's) standing for
-    ``num_messages_in_batch`` messages; markers are skipped. The ack set is not applied: acknowledging the
-    entry acknowledges every message of it."""
-    count = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
-    if metadata.HasField("marker_type"):
-        return [], count
-    ledger_id, entry_id = _ids(message_id)
-    return [Message(MessageId(ledger_id, entry_id, partition), metadata, payload, redelivery_count, None, topic,
-                    count)], 0
 
 
 def _ids(message_id: pb.MessageIdData) -> tuple[int, int]:
