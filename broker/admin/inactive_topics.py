@@ -21,18 +21,16 @@ from typing import Any
 
 from aiohttp import web
 
-from config_store import InactiveTopicPolicies, Policies, TopicPolicies
+from config_store import InactiveTopicPolicies
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES
-from magnetar.topic_name import TopicName
 
 from ..service import inactive_topics
 from ..service.config import ServiceConfig
-from .body import expect_bool, expect_int, expect_object, query_bool, read_json, topic_of
-from .context import AdminContext
-from .errors import RestError, bad_request
+from .body import expect_bool, expect_int, expect_object, query_bool, read_json
+from .errors import bad_request
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import policy_answer, set_namespace_policy, set_topic_policy, topic_policy_scope
+from .namespace_args import persistent_topic_scope, policy_answer, set_namespace_policy, set_topic_policy
 
 routes = web.RouteTableDef()
 
@@ -91,14 +89,11 @@ async def remove_inactive_topic_policies(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------- topics
 
 
-async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, Policies, TopicPolicies | None]:
-    ctx = request.app[CONTEXT]
-    topic = topic_of(request, _TOPIC_SEGMENT)
-    if not topic.persistent:
-        raise RestError(405, f"Topic {topic} is non-persistent: it unloads itself when idle and stores nothing, so "
-                             "inactive-topic policies do not apply to it")
-    namespace_policies, own = await topic_policy_scope(ctx, topic)
-    return ctx, topic, namespace_policies, own
+_NON_PERSISTENT = "it unloads itself when idle and stores nothing, so inactive-topic policies do not apply to it"
+
+
+def _topic_scope(request: web.Request):
+    return persistent_topic_scope(request, _TOPIC_SEGMENT, _NON_PERSISTENT)
 
 
 @routes.get(T)

@@ -14,8 +14,10 @@ from config_store.errors import InvalidMetadataError
 from config_store.models import Policies, TopicPolicies
 from magnetar.topic_name import TopicName
 
+from .body import topic_of
 from .context import AdminContext
-from .errors import bad_request, not_found
+from .errors import RestError, bad_request, not_found
+from .keys import CONTEXT
 from .tenants import tenant_name
 
 
@@ -136,3 +138,16 @@ async def topic_policy_scope(ctx: AdminContext, topic: TopicName) -> tuple[Polic
     if own is None:
         await require_topic(ctx, topic)
     return namespace_policies, own
+
+
+async def persistent_topic_scope(
+    request: web.Request, segment: int, refusal: str
+) -> tuple[AdminContext, TopicName, Policies, Optional[TopicPolicies]]:
+    """:func:`topic_policy_scope` of the topic named at path ``segment`` of a route serving persistent topics
+    only: a non-persistent one is answered 405 with ``refusal`` (why the policy does not apply to it)."""
+    ctx = request.app[CONTEXT]
+    topic = topic_of(request, segment)
+    if not topic.persistent:
+        raise RestError(405, f"Topic {topic} is non-persistent: {refusal}")
+    namespace_policies, own = await topic_policy_scope(ctx, topic)
+    return ctx, topic, namespace_policies, own

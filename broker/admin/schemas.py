@@ -36,17 +36,17 @@ from aiohttp import web
 
 from broker.schema import IncompatibleSchemaError, SchemaData, SchemaDefaults, SchemaRegistry, Strategy
 from broker.schema.types import TYPE_PROTO_NUMBERS, UNSTORED_TYPES
-from config_store import Policies, SchemaStore, TopicPolicies
+from config_store import Policies, SchemaStore
 from config_store.models import SCHEMA_COMPATIBILITY_STRATEGIES
 from magnetar.topic_name import InvalidTopicNameError, TopicName, decode_local_name
 
-from .body import expect_bool, expect_object, expect_str, path_int, query_bool, read_json, topic_of
+from .body import expect_bool, expect_object, expect_str, path_int, query_bool, read_json
 from .context import AdminContext
-from .errors import RestError, bad_request, not_found
+from .errors import bad_request, not_found
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names
-from .namespace_args import (own_topic_policies, policies_owner, policy_answer, set_namespace_policy,
-                             set_topic_policy, topic_policy_scope)
+from .namespace_args import (own_topic_policies, persistent_topic_scope, policies_owner, policy_answer,
+                             set_namespace_policy, set_topic_policy)
 
 
 routes = web.RouteTableDef()
@@ -235,14 +235,12 @@ async def set_validation_enforced(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------------------------------- topic policies
 
 
-async def _topic_scope(request: web.Request) -> tuple[AdminContext, TopicName, Policies, TopicPolicies | None]:
-    ctx = request.app[CONTEXT]
-    topic = topic_of(request, _TOPIC_SEGMENT)
-    if not topic.persistent:
-        raise RestError(405, f"Topic {topic} is non-persistent: topic-level schema policies are served for "
-                             "persistent topics only (a non-persistent topic follows its namespace's)")
-    namespace_policies, own = await topic_policy_scope(ctx, topic)
-    return ctx, topic, namespace_policies, own
+_NON_PERSISTENT = ("topic-level schema policies are served for persistent topics only (a non-persistent topic "
+                   "follows its namespace's)")
+
+
+def _topic_scope(request: web.Request):
+    return persistent_topic_scope(request, _TOPIC_SEGMENT, _NON_PERSISTENT)
 
 
 @routes.get(TP + "/schemaCompatibilityStrategy")
