@@ -300,7 +300,7 @@ class BrokerConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
         if self.managed_ledger_max_entries_per_ledger >= 1 << 32:
-            # a replicator's sequence id is ledger_id << 32 | entry_id (broker.service.dedup)
+            # a replicator's sequence id is ledger_id << 32 | entry_id (broker.service.topics.dedup)
             raise ConfigError(f"managed_ledger_max_entries_per_ledger must be below 2**32, "
                               f"not {self.managed_ledger_max_entries_per_ledger}")
         for name, scheme in (("cluster_service_url", "http"), ("cluster_broker_service_url", "pulsar")):

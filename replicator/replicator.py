@@ -34,8 +34,8 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from broker.managed_ledger.api import InitialPosition, ManagedCursor, Position
-from broker.service.dedup import SOURCE_POSITION_PROPERTY, origin_sequence_id
-from broker.service.replication import REPLICATOR_CURSOR_PREFIX
+from broker.service.topics.dedup import SOURCE_POSITION_PROPERTY, origin_sequence_id
+from broker.service.topics.replication import REPLICATOR_CURSOR_PREFIX
 from broker.service.stats import RateMeter
 from magnetar.protocol import pb
 from magnetar.protocol.client import Backoff, HandlerState

@@ -1,5 +1,5 @@
 """Geo-replication as a broker sees it: the provider the broker process hands to its ``BrokerService``
-(``broker.service.replication.ReplicationProvider``) and, per loaded topic, the set of its replicators.
+(``broker.service.topics.replication.ReplicationProvider``) and, per loaded topic, the set of its replicators.
 
 A topic's replication clusters (topic-level override, else the namespace's ``replication_clusters``)
 decide which replicators run: one per remote cluster named, none for the local one. The broker calls
@@ -44,7 +44,7 @@ class ReplicationSettings:
 
 
 class TopicReplicators:
-    """The replicators of one topic (``broker.service.replication.TopicReplication``)."""
+    """The replicators of one topic (``broker.service.topics.replication.TopicReplication``)."""
 
     def __init__(self, service: "ReplicationService", topic: Any) -> None:
         self.service = service

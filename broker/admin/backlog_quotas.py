@@ -21,7 +21,7 @@ from config_store import BacklogQuota, Policies, TopicPolicies
 from config_store.models import BACKLOG_QUOTA_POLICIES, BACKLOG_QUOTA_TYPES
 from magnetar.topic_name import TopicName
 
-from ..service.backlog_quota import QuotaDefaults, QuotaType, effective_quota, retention_conflict
+from ..service.policies.backlog_quota import QuotaDefaults, QuotaType, effective_quota, retention_conflict
 from .body import expect_int, expect_object, query_bool, read_json, topic_of
 from .context import AdminContext
 from .errors import bad_request, precondition_failed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..service.compaction_monitor import effective_threshold
+from ..service.policies.auto_compaction import effective_threshold
 from .body import expect_int, query_bool, read_json, topic_of
 from .keys import CONTEXT
 from .namespace_args import namespace_names as _names

@@ -25,7 +25,7 @@ from aiohttp import web
 from config_store import DelayedDeliveryPolicies, TopicPolicies
 from magnetar.topic_name import TopicName
 
-from ..service import delayed_policy
+from ..service.policies import delayed_delivery as delayed_policy
 from ..service.config import ServiceConfig
 from .body import expect_bool, expect_int, expect_object, query_bool, read_json, topic_of
 from .context import AdminContext

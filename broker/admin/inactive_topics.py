@@ -24,7 +24,7 @@ from aiohttp import web
 from config_store import InactiveTopicPolicies
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES
 
-from ..service import inactive_topics
+from ..service.policies import inactive_topics
 from ..service.config import ServiceConfig
 from .body import expect_bool, expect_int, expect_object, query_bool, read_json
 from .errors import bad_request

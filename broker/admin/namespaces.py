@@ -16,7 +16,7 @@ from aiohttp import web
 from config_store import NodeExistsError, NotEmptyError, NotFoundError, Policies
 
 from ..bundles import bundles_data, parse_bundles_data
-from ..service.backlog_quota import retention_conflict
+from ..service.policies.backlog_quota import retention_conflict
 from .body import ABSENT, expect_bool, expect_int, expect_object, expect_str_list, read_json
 from .context import AdminContext, redirect_location
 from .errors import RestError, bad_request, conflict, not_found, precondition_failed

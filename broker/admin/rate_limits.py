@@ -33,7 +33,7 @@ from aiohttp import web
 
 from config_store import DispatchRate, Policies, PublishRate, TopicPolicies
 
-from ..service import rate_policy
+from ..service.policies import rate_policy
 from ..service.config import ServiceConfig
 from .body import expect_bool, expect_int, expect_object, query_bool, read_json, topic_of
 from .errors import bad_request

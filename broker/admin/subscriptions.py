@@ -26,7 +26,7 @@ from aiohttp import web
 
 from broker.managed_ledger.api import Position
 from broker.service.errors import ConsumerBusyError
-from broker.service.nonpersistent_topic import NonPersistentTopic
+from broker.service.topics.nonpersistent.topic import NonPersistentTopic
 from magnetar.topic_name import TopicName, decode_local_name
 
 from .body import ABSENT, expect_int, expect_object, path_int, query_bool, read_json, topic_of

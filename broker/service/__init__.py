@@ -14,8 +14,8 @@ from .errors import (BrokerServiceError, ConsumerBusyError, NotAllowedError, Per
                      ProducerFencedError, ServiceNotReadyError, SubscriptionAlreadyExistsError,
                      SubscriptionNotFoundError, TopicBusyError, TopicNotFoundError, UnsupportedError)
 from .service import BrokerService
-from .subscription import Subscription
-from .topic import Topic, TopicState
+from .topics.subscription import Subscription
+from .topics.topic import Topic, TopicState
 
 __all__ = [
     "BrokerService", "ServiceConfig", "Topic", "TopicState", "Subscription",

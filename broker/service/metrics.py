@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .backlog_quota import QuotaType
+from .policies.backlog_quota import QuotaType
 from .latency import WRITE_LATENCY_SUFFIXES
 
 if TYPE_CHECKING:

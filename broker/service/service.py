@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Optional
 from magnetar.protocol import pb
 from magnetar.topic_name import TopicName
 
-from . import delayed_policy
-from .backlog_quota import BacklogQuotaMonitor, QuotaDefaults
+from .policies import delayed_delivery as delayed_policy
+from .policies.backlog_quota import BacklogQuotaMonitor, QuotaDefaults
 from .config import ServiceConfig
-from .compaction_monitor import CompactionMonitor
-from .inactive_topics import InactiveTopicMonitor
+from .policies.auto_compaction import CompactionMonitor
+from .policies.inactive_topics import InactiveTopicMonitor
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic,
                      topic_not_ready)
 from .latency import BrokerLatency
 from .metrics import ServiceCollector
-from .server import ProtocolServer
-from .nonpersistent_topic import NonPersistentTopic
-from .topic import Topic, TopicState
+from .session.server import ProtocolServer
+from .topics.nonpersistent.topic import NonPersistentTopic
+from .topics.topic import Topic, TopicState
 
 if TYPE_CHECKING:
     import prometheus_client
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from broker.ownership_api import Ownership
     from config_store import ConfigurationStore, PoliciesCache, TopicPoliciesCache
 
-    from .connection import Connection
-    from .replication import ReplicationProvider
+    from .session.connection import Connection
+    from .topics.replication import ReplicationProvider
 
 log = logging.getLogger("broker.service")
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.service import ServiceConfig
-from broker.service.backlog_quota import QuotaType
+from broker.service.policies.backlog_quota import QuotaType
 from broker.service.metrics import ServiceCollector
 from config_store import BacklogQuota, Policies, TopicPolicies
 from tests.kit.broker_thread import broker, new_client, storage, unique_topic  # noqa: F401 (fixtures)

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pulsar
 import pytest
 
-from broker.service.delayed_policy import settings_of
+from broker.service.policies.delayed_delivery import settings_of
 from config_store import DelayedDeliveryPolicies, Policies, TopicPolicies
 from magnetar.protocol import encode_payload_command, pb, wrap
 from magnetar.topic_name import TopicName

@@ -14,7 +14,7 @@ import pulsar
 import pytest
 
 from broker.managed_ledger import InitialPosition, ManagedLedgerFencedError, Position
-from broker.service.topic import TOPIC_EPOCH_PROPERTY
+from broker.service.topics.topic import TOPIC_EPOCH_PROPERTY
 from config_store.managed_ledgers import ManagedCursorInfo, cursor_path
 from magnetar.protocol import FrameDecoder, encode_command, pb, wrap
 from tests.integration.test_managed_ledger import TOPIC, Broker, cfg, payload

@@ -15,7 +15,7 @@ from magnetar.protocol import pb
 from magnetar.protocol.client import BatchBuilder, Client, ServerError
 from replicator.replicator import producer_name, replicated_metadata
 from broker.managed_ledger.api import Position
-from broker.service.dedup import origin_sequence_id
+from broker.service.topics.dedup import origin_sequence_id
 from tests.kit.broker_thread import broker, client, make_client, new_client, storage, unique_topic  # noqa: F401 (fixtures)
 
 RECEIVE_MS = 5000

@@ -23,7 +23,7 @@ import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
 from broker.schema import encode_version
-from broker.service.schemas import registry_of
+from broker.service.session.schema_commands import registry_of
 from config_store import Policies
 from magnetar.protocol import pb
 from magnetar.protocol.client.connection import Connection

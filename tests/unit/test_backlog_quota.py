@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.config import BrokerConfig
-from broker.service.backlog_quota import (QuotaDefaults, QuotaType, age_exceeded, effective_quota, entries_to_evict,
+from broker.service.policies.backlog_quota import (QuotaDefaults, QuotaType, age_exceeded, effective_quota, entries_to_evict,
                                           retention_conflict, size_exceeded)
 from config_store import BacklogQuota, InvalidMetadataError, Policies, TopicPolicies
 from magnetar.errors import ConfigError

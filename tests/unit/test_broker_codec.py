@@ -6,10 +6,10 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from broker.service import wire
-from broker.service.entries import (ack_set_to_int, entry_info, full_ack_set, int_to_ack_set, peek_metadata,
+from broker.service.session import wire
+from broker.service.topics.entries import (ack_set_to_int, entry_info, full_ack_set, int_to_ack_set, peek_metadata,
                                     publish_time_of, sticky_key)
-from broker.service.key_shared import (RANGE_SIZE, AutoSplitSelector, SelectorError, StickySelector, key_hash,
+from broker.service.topics.dispatch.key_ranges import (RANGE_SIZE, AutoSplitSelector, SelectorError, StickySelector, key_hash,
                                        murmur3_32)
 from magnetar.protocol import encode_command, encode_entry, join_batch, pb, wrap
 from magnetar.protocol.compression import compress

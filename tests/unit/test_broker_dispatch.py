@@ -11,9 +11,9 @@ import pytest
 from broker.service import BrokerService, ServiceConfig
 from broker.service.errors import ConsumerAssignError, ConsumerBusyError
 from broker.ownership_api import SelfOwnership
-from broker.service.connection import ConnectionState
-from broker.service.handlers import HANDLERS
-from broker.service.key_shared import key_hash
+from broker.service.session.connection import ConnectionState
+from broker.service.session.commands import HANDLERS
+from broker.service.topics.dispatch.key_ranges import key_hash
 from magnetar.protocol import FrameDecoder, encode_entry, pb
 from tests.kit.memory_ledger import MemoryManagedLedgerFactory
 from tests.kit.wait import wait_for_async

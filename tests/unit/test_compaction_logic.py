@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 
 from broker.managed_ledger.api import Entry, Position
-from broker.service.compaction_logic import (EARLIEST, LatestPerKey, compact, decode_record, encode_record,
+from broker.service.topics.compaction.logic import (EARLIEST, LatestPerKey, compact, decode_record, encode_record,
                                              entry_messages, first_at_or_after)
 from magnetar.protocol import pb
 from magnetar.protocol.batch import join_batch, split_batch

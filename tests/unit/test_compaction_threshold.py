@@ -11,10 +11,10 @@ import pytest
 import typer
 
 from broker.config import BrokerConfig
-from broker.service.compaction_logic import COMPACTION_CURSOR
-from broker.service.compaction_monitor import (CompactionMonitor, effective_threshold, should_compact,
+from broker.service.topics.compaction.logic import COMPACTION_CURSOR
+from broker.service.policies.auto_compaction import (CompactionMonitor, effective_threshold, should_compact,
                                                uncompacted_bytes)
-from broker.service.topic import TopicState
+from broker.service.topics.topic import TopicState
 from config_store import Policies, TopicPolicies
 from magnetar.admin_namespace_policies_cli import parse_size_bytes
 from magnetar.errors import ConfigError

@@ -14,7 +14,7 @@ from broker.managed_ledger.api import Position
 from broker.managed_ledger.cursor import ManagedCursorImpl
 from broker.managed_ledger.ranges import (BATCH_ACK_SETS_PERSISTED_MAX, BATCH_ACK_WORDS_PERSISTED_MAX,
                                           ack_set_from_words, ack_set_to_words, batch_ack_sets_to_persist)
-from broker.service.entries import ack_set_to_int, int_to_ack_set
+from broker.service.topics.entries import ack_set_to_int, int_to_ack_set
 from config_store import InvalidMetadataError
 from config_store.managed_ledgers import ManagedCursorInfo
 from tests.unit.test_managed_cursor import FakeLedger

@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from broker.service import ServiceConfig
-from broker.service.delayed_policy import DelayedDeliverySettings, exceeds_max_delay, resolve, timer_target_ms
+from broker.service.policies.delayed_delivery import DelayedDeliverySettings, exceeds_max_delay, resolve, timer_target_ms
 from config_store import DelayedDeliveryPolicies, InvalidMetadataError, Policies, TopicPolicies
 from magnetar.admin_namespace_policies_cli import parse_duration_ms
 from magnetar.protocol import pb

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.managed_ledger.api import Position
-from broker.service.delayed import BYTES_PER_HELD_ENTRY, DelayedTracker, wall_clock_ms
+from broker.service.topics.delayed_tracker import BYTES_PER_HELD_ENTRY, DelayedTracker, wall_clock_ms
 
 
 def P(entry: int, ledger: int = 1) -> Position:

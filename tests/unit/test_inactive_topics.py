@@ -10,7 +10,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.service import ServiceConfig
-from broker.service.inactive_topics import InactiveSettings, is_active, resolve, retained
+from broker.service.policies.inactive_topics import InactiveSettings, is_active, resolve, retained
 from config_store import ConfigurationStore, InactiveTopicPolicies, InvalidMetadataError, Policies, TopicPolicies
 from magnetar.errors import ConfigError
 from tests.unit.test_admin_rest import call, http, nodes, setup_namespace  # noqa: F401 (fixtures)

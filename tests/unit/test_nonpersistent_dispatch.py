@@ -9,10 +9,10 @@ from typing import Optional
 import pytest
 from hypothesis import given, strategies as st
 
-from broker.service.active_consumer import choose_active
+from broker.service.topics.dispatch.active_consumer import choose_active
 from broker.service.errors import ConsumerAssignError
-from broker.service.key_shared import key_hash
-from broker.service.nonpersistent_dispatch import (KeySharedDispatch, Offer, SharedDispatch, SingleActiveDispatch,
+from broker.service.topics.dispatch.key_ranges import key_hash
+from broker.service.topics.nonpersistent.dispatch import (KeySharedDispatch, Offer, SharedDispatch, SingleActiveDispatch,
                                                    new_dispatch)
 from magnetar.protocol import encode_entry, pb
 

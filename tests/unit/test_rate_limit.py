@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.service.rate_limit import RateLimiter, TokenBucket
+from broker.service.policies.rate_limit import RateLimiter, TokenBucket
 from config_store import DispatchRate, InvalidMetadataError, Policies, PublishRate
 from tests.unit.test_admin_rest import call, http, nodes, setup_namespace  # noqa: F401 (fixtures)
 

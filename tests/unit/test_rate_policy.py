@@ -13,8 +13,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.service.config import ServiceConfig
-from broker.service.rate_policy import Rates, applied, rates_of, resolve
-from broker.service.throttle import TopicRateLimits
+from broker.service.policies.rate_policy import Rates, applied, rates_of, resolve
+from broker.service.policies.throttle import TopicRateLimits
 from config_store import DispatchRate, InvalidMetadataError, Policies, PublishRate, TopicPolicies
 from magnetar.errors import ConfigError
 from tests.unit.test_admin_rest import call, http, nodes, setup_namespace  # noqa: F401 (fixtures)

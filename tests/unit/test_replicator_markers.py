@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.managed_ledger.api import Position
-from broker.service.entries import entry_info, entry_payload, peek_metadata
+from broker.service.topics.entries import entry_info, entry_payload, peek_metadata
 from magnetar.protocol import FrameDecoder, ProtocolError, encode_payload_command, parse_entry, pb, wrap
 from replicator import markers
 from replicator.markers import decode_marker, encode_marker_entry, marker_id_to_position, position_to_marker_id

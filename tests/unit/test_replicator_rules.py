@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.managed_ledger.api import Position
-from broker.service.dedup import SOURCE_POSITION_PROPERTY, origin_sequence_id
+from broker.service.topics.dedup import SOURCE_POSITION_PROPERTY, origin_sequence_id
 from magnetar.protocol import pb
 from replicator.replicator import cursor_name, producer_name, replicated_metadata, should_replicate
 

@@ -1,0 +1,184 @@
+"""A producer: one client-side producer publishing to a topic over one connection.
+
+Receipts go out strictly in the order the SENDs arrived. Each SEND gets a slot in ``_pending``; a slot is
+completed by its storage future (or at once for a duplicate), and completed slots are flushed from the
+head only, so a duplicate answered immediately never overtakes an earlier SEND still being stored.
+pulsar-client closes the connection on a receipt it does not expect next.
+
+A failed append answers SEND_ERROR PersistenceError (the client then reconnects and re-sends what is
+pending; with deduplication on, nothing is stored twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Optional
+
+from broker.managed_ledger.api import Position
+from magnetar.protocol import encode_command, pb, wrap
+
+from . import wire
+from ..topics.dedup import REPLICATOR_PREFIX, is_replicator
+from ..errors import BrokerServiceError, map_error
+from ..stats import RateMeter, iso_now
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from ..topics.topic import Topic
+
+log = logging.getLogger("broker.service.session.producer")
+
+AccessMode = pb.ProducerAccessMode
+
+
+class _Slot:
+    __slots__ = ("sequence_id", "highest_sequence_id", "position", "error", "done", "started")
+
+    def __init__(self, sequence_id: int, highest_sequence_id: Optional[int]) -> None:
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.position: Optional[Position] = None
+        self.error: Optional[BrokerServiceError] = None
+        self.done = False
+        self.started = time.perf_counter()
+
+
+class Producer:
+    def __init__(self, topic: "Topic", connection: "Connection", producer_id: int, name: str, *,
+                 access_mode: int = AccessMode.Shared, epoch: int = 0, user_provided_name: bool = False,
+                 metadata: Optional[dict[str, str]] = None, topic_epoch: Optional[int] = None) -> None:
+        self.topic = topic
+        self.connection = connection
+        self.producer_id = producer_id
+        self.name = name
+        self.access_mode = access_mode
+        self.epoch = epoch
+        self.user_provided_name = user_provided_name
+        self.metadata = metadata or {}
+        self.topic_epoch = topic_epoch
+        self.schema_version = b""  # 8 bytes when it publishes with a schema (schemas.py)
+        self.connected_since = iso_now()
+        self.msg_in = RateMeter()
+        self.bytes_in = RateMeter()
+        self.closed = False
+        # A geo-replicator of another cluster (``pulsar.repl.<origin>``): its SENDs carry origin positions.
+        self.is_replicator = is_replicator(name)
+        self.origin_cluster = name[len(REPLICATOR_PREFIX):] if self.is_replicator else ""
+        self._pending: collections.deque[_Slot] = collections.deque()
+        self._drained: Optional[asyncio.Event] = None
+
+    def __repr__(self) -> str:
+        return f"Producer({self.name!r}, id={self.producer_id}, {self.connection.remote_address})"
+
+    @property
+    def exclusive(self) -> bool:
+        return self.access_mode != AccessMode.Shared
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    # --------------------------------------------------------------------------------- publishing
+
+    def track(self, sequence_id: int, highest_sequence_id: Optional[int], future: "asyncio.Future[Position]") -> None:
+        """Registers a SEND whose receipt depends on ``future`` (storage, or an earlier identical SEND)."""
+        slot = _Slot(sequence_id, highest_sequence_id)
+        self._pending.append(slot)
+        self.connection.publish_started()
+        if future.done():
+            self._complete(slot, future)
+        else:
+            future.add_done_callback(lambda f, s=slot: self._complete(s, f))
+
+    def _complete(self, slot: _Slot, future: asyncio.Future) -> None:
+        slot.done = True
+        if future.cancelled():
+            slot.error = map_error(ConnectionError("the write was cancelled"))
+        elif future.exception() is not None:
+            slot.error = map_error(future.exception())
+        else:
+            slot.position = future.result()
+        self._flush()
+
+    def _flush(self) -> None:
+        pending = self._pending
+        conn = self.connection
+        out: list[bytes] = []
+        failed: Optional[BrokerServiceError] = None
+        latency = self.topic.write_latency
+        now = time.perf_counter()
+        while pending and pending[0].done:
+            slot = pending.popleft()
+            conn.publish_finished()
+            if slot.error is not None:
+                failed = failed or slot.error
+                out.append(encode_command(wrap(pb.CommandSendError(
+                    producer_id=self.producer_id, sequence_id=slot.sequence_id,
+                    error=slot.error.server_error, message=str(slot.error)))))
+                continue
+            pos = slot.position
+            latency.record(now - slot.started)
+            out.append(wire.send_receipt_frame(self.producer_id, slot.sequence_id, pos.ledger_id, pos.entry_id,
+                                               highest_sequence_id=slot.highest_sequence_id))
+        if out and not self.closed:
+            conn.writelines(out)
+        if failed is not None:
+            log.warning("[%s][%s] publish failed: %s", self.topic.name, self.name, failed)
+            self.topic.on_publish_failure(failed)
+        if not pending and self._drained is not None:
+            self._drained.set()
+
+    def fail_pending_now(self) -> None:
+        """Connection gone: drop the slots (their futures may still complete; nothing is sent)."""
+        for _ in range(len(self._pending)):
+            self.connection.publish_finished()
+        self._pending.clear()
+        if self._drained is not None:
+            self._drained.set()
+
+    async def wait_drained(self, timeout_s: float) -> None:
+        """Waits until every pending receipt was sent (CLOSE_PRODUCER answers after that)."""
+        if not self._pending:
+            return
+        self._drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("[%s][%s] %d receipts still pending at close", self.topic.name, self.name,
+                        len(self._pending))
+
+    # --------------------------------------------------------------------------------- notifications
+
+    def notify_closed(self) -> None:
+        """Tells the client the broker closed its producer (it reconnects after a fresh lookup)."""
+        self.closed = True
+        if self.connection.producers.get(self.producer_id) is self:
+            self.connection.forget_producer(self.producer_id, self)
+            self.connection.write(encode_command(wrap(pb.CommandCloseProducer(
+                producer_id=self.producer_id, request_id=0))))
+
+    # --------------------------------------------------------------------------------- stats
+
+    def tick(self) -> None:
+        self.msg_in.tick()
+        self.bytes_in.tick()
+
+    def stats(self) -> dict:
+        msgs = self.msg_in.total
+        return {
+            "accessMode": AccessMode.Name(self.access_mode),
+            "msgRateIn": self.msg_in.rate(),
+            "msgThroughputIn": self.bytes_in.rate(),
+            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
+            "chunkedMessageRate": 0.0,
+            "producerId": self.producer_id,
+            "supportsPartialProducer": False,
+            "producerName": self.name,
+            "address": self.connection.remote_address,
+            "connectedSince": self.connected_since,
+            "clientVersion": self.connection.client_version,
+            "metadata": dict(self.metadata),
+        }

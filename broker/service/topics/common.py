@@ -1,0 +1,59 @@
+"""What persistent (``topic.py``) and non-persistent (``nonpersistent_topic.py``) topics share: their state,
+background tasks, the "still serving" check, producer admission (``producer_access.py``), publish metering and
+the per-window tick of their meters. Each topic class keeps what differs (storage, dispatch, stats shape)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+from ..errors import topic_not_ready
+from ..session.producer import Producer
+from .producer_access import ProducerAccess
+
+
+class TopicState(enum.Enum):
+    ACTIVE = "active"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    DELETED = "deleted"
+
+
+class TopicCommon(ProducerAccess):
+    """A mixin over ``name``, ``state``, ``_tasks``, ``producers``, ``subscriptions``, ``msg_in``, ``bytes_in``
+    and ``rate_limits``."""
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        """Runs ``coro`` in the background, kept referenced until it ends."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def check_active(self) -> None:
+        if self.state is not TopicState.ACTIVE:
+            raise topic_not_ready(self.name, self.state.value)
+
+    def _accepting_producers(self) -> bool:
+        return self.state is TopicState.ACTIVE
+
+    def has_clients(self) -> bool:
+        return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    def _count_published(self, producer: Producer, messages: int, size: int) -> None:
+        """Meters one published entry on the producer and the topic, and charges the publish rate limit."""
+        producer.msg_in.record(messages)
+        producer.bytes_in.record(size)
+        self.msg_in.record(messages)
+        self.bytes_in.record(size)
+        self.rate_limits.on_published(messages, size)
+
+    def _tick_traffic(self) -> None:
+        """Closes the rate window of the topic's, its producers' and its subscriptions' meters."""
+        self.msg_in.tick()
+        self.bytes_in.tick()
+        self.rate_limits.tick()
+        for p in self.producers.values():
+            p.tick()
+        for s in self.subscriptions.values():
+            s.tick()

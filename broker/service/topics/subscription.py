@@ -1,0 +1,594 @@
+"""A subscription: a cursor, its consumers, their dispatcher, and acknowledgements.
+
+Acknowledgements are applied in two steps. The ACK handler updates what is visible at once (consumers'
+pending acks, redelivery counts, batch-index ack sets, and the sets of *queued* acknowledgements that
+the dispatch filter consults through :meth:`is_acked`), then queues the cursor operation. One task per
+subscription (the *ack worker*) applies queued operations to the cursor strictly in arrival order,
+coalescing runs of the same kind: a slow cursor persist never stalls a connection's read loop, and an
+acknowledged entry is never redelivered just because its cursor update has not landed yet.
+
+Batch-index acknowledgements (``batch_index_ack_enabled``) carry a bit set of the batch members still
+unacknowledged; the subscription ANDs them per entry (``batch_acks``), sends the result with any
+redelivery of the entry, and deletes the entry once no bit is left. Each partial acknowledgement is also
+queued for the cursor (``delete_batch_indexes``), which persists the sets with its state; a subscription
+recovered from its cursor (topic reload, failover) starts from them, so a redelivery after a reload still
+skips the members already acknowledged (up to the cursor's persisted cap, and what was persisted before a
+crash).
+
+Seek (``reset``) and unsubscribe (``delete``) run under ``_op_lock``, like ``add_consumer``: a consumer
+reconnecting after a seek waits for the reset to finish instead of reading from the old position.
+
+Replicated subscriptions (``replicate_subscription_state``) keep the snapshots their dispatcher reads in a
+cache made by the topic's replicated-subscriptions controller; whenever the mark-delete position moves
+(ack worker, skip/expire, seek) the newest snapshot it passed goes to the controller, which writes the
+UPDATE marker that moves the subscription in the other clusters. Without a controller nothing happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+
+from broker.managed_ledger.api import ManagedCursor, Position
+from magnetar.protocol import pb
+from magnetar.protocol.errors import ProtocolError
+
+from ..session.consumer import Consumer
+from .dispatch.base import Dispatcher
+from .dispatch.key_shared import KeySharedDispatcher
+from .dispatch.shared import SharedDispatcher
+from .dispatch.single import SingleActiveConsumerDispatcher
+from .entries import ack_set_to_int
+from ..errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError, SubscriptionNotFoundError
+from ..stats import RateMeter
+from ..tasks import shielded
+
+if TYPE_CHECKING:
+    from .topic import Topic
+
+log = logging.getLogger("broker.service.topics.subscription")
+
+SubType = pb.CommandSubscribe.SubType
+REPLICATED_PROPERTY = "pulsar.replicated.subscription"
+_U64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
+
+
+def signed(value: int) -> int:
+    return value - _U64 if value > _I64_MAX else value
+
+
+def position_of(mid: pb.MessageIdData) -> Position:
+    return Position(signed(mid.ledgerId), signed(mid.entryId))
+
+
+class SnapshotCacheHook(Protocol):
+    """A replicated subscription's cache of snapshots (``replicator.SnapshotCache``)."""
+
+    def add_marker(self, metadata: pb.MessageMetadata, payload: bytes) -> None: ...
+
+    def advance(self, mark_delete: Position) -> Optional[dict[str, Position]]: ...
+
+
+class ReplicatedSubscriptionsHook(Protocol):
+    """What a subscription needs of its topic's ``replicator.ReplicatedSubscriptionsController`` (the broker
+    does not import the replicator room; the topic hands the controller over as
+    ``Topic.replicated_subscriptions``)."""
+
+    def new_snapshot_cache(self) -> SnapshotCacheHook: ...
+
+    def subscription_advanced(self, subscription_name: str, clusters: dict[str, Position]) -> None: ...
+
+
+class Subscription:
+    """See the module docstring."""
+
+    def __init__(self, topic: "Topic", name: str, cursor: ManagedCursor, *, durable: bool,
+                 replicated: bool = False) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.replicated = replicated
+        self.config = topic.config
+        self.sub_type: Optional[int] = None
+        self.dispatcher: Optional[Dispatcher] = None
+        self.redelivery_counts: dict[Position, int] = {}
+        self.batch_acks: dict[Position, int] = cursor.batch_ack_sets()
+        self.closed = False
+        self._queued_acks: set[Position] = set()
+        self._queued_md: Optional[Position] = None
+        self._ack_ops: collections.deque = collections.deque()
+        self._ack_event = asyncio.Event()
+        self._ack_idle = asyncio.Event()
+        self._ack_idle.set()
+        self._ack_task: Optional[asyncio.Task] = None
+        self._op_lock = asyncio.Lock()
+        self._removed_msg_out = 0
+        self._removed_bytes_out = 0
+        self.msg_expired = RateMeter()
+        self.last_expire_ms = 0
+        self.last_md_advanced_ms = 0
+        self._snapshots: Optional[SnapshotCacheHook] = None
+        self.log_prefix = f"[{topic.name}][{name}]"
+
+    def log_debug(self, text: str) -> None:
+        log.debug("%s %s", self.log_prefix, text)
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return list(self.dispatcher.consumers) if self.dispatcher else []
+
+    def type_name(self) -> str:
+        return SubType.Name(self.sub_type) if self.sub_type is not None else "None"
+
+    # --------------------------------------------------------------------------------- consumers
+
+    async def add_consumer(self, consumer: Consumer) -> None:
+        async with self._op_lock:
+            if self.closed:
+                raise ServiceNotReadyError(f"subscription {self.name!r} on {self.topic.name} is closing")
+            current = self.consumers
+            if current and consumer.sub_type != self.sub_type:
+                raise ConsumerBusyError(f"subscription {self.name!r} is of type {self.type_name()}, "
+                                        f"not {SubType.Name(consumer.sub_type)}")
+            if consumer.sub_type == SubType.Exclusive and current:
+                raise ConsumerBusyError(f"exclusive consumer is already connected to subscription {self.name!r}")
+            if not current and (self.dispatcher is None or self.sub_type != consumer.sub_type):
+                await self._replace_dispatcher(consumer)
+            self.dispatcher.add_consumer(consumer)
+            self._ensure_ack_worker()
+
+    async def _replace_dispatcher(self, consumer: Consumer) -> None:
+        old = self.dispatcher
+        if old is not None:
+            await old.close()
+            self.rewind_cursor()
+        self.sub_type = consumer.sub_type
+        if consumer.sub_type in (SubType.Exclusive, SubType.Failover):
+            partition = self.topic.topic_name.partition_index
+            self.dispatcher = SingleActiveConsumerDispatcher(self, consumer.sub_type, partition_index=partition)
+        elif consumer.sub_type == SubType.Shared:
+            self.dispatcher = SharedDispatcher(self)
+        else:
+            self.dispatcher = KeySharedDispatcher(self, consumer.key_shared_meta)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detaches ``consumer`` (closed by its client, its connection, or the broker)."""
+        consumer.closed = True
+        if self.dispatcher is not None and consumer in self.dispatcher.consumers:
+            self._removed_msg_out += consumer.msg_out.total
+            self._removed_bytes_out += consumer.bytes_out.total
+            self.dispatcher.remove_consumer(consumer)
+        if not self.durable and not self.consumers and not self.closed:
+            self.topic.forget_subscription(self)
+            self.closed = True
+            self.topic.spawn(self._close_quietly(), f"close reader subscription {self.log_prefix}")
+
+    async def _close_quietly(self) -> None:
+        try:
+            await self._shutdown()
+        except Exception:
+            log.exception("%s closing a non-durable subscription failed", self.log_prefix)
+
+    def disconnect_consumers(self) -> None:
+        for c in self.consumers:
+            self.remove_consumer(c)
+            c.notify_closed()
+
+    # --------------------------------------------------------------------------------- acknowledgements
+
+    def is_acked(self, position: Position) -> bool:
+        if position in self._queued_acks:
+            return True
+        md = self._queued_md
+        if md is not None and position <= md:
+            return True
+        return self.cursor.is_deleted(position)
+
+    def acknowledge(self, consumer: Consumer, ack: pb.CommandAck) -> Optional[asyncio.Future]:
+        """Applies an ACK's visible effects and queues its cursor operation; the returned future resolves
+        once the cursor has it (None when nothing was queued).
+
+        Raises:
+            NotAllowedError: a cumulative ack on a Shared or Key_Shared subscription.
+        """
+        if ack.ack_type == pb.CommandAck.Cumulative:
+            if consumer.individual_ack_mode:
+                raise NotAllowedError(f"cumulative ack is not supported on {SubType.Name(consumer.sub_type)} "
+                                      f"subscription {self.name!r}")
+            if len(ack.message_id) != 1:
+                raise NotAllowedError("a cumulative ack carries exactly one message id")
+            return self._ack_cumulative(consumer, ack.message_id[0])
+        return self._ack_individual(consumer, ack.message_id)
+
+    def _ack_individual(self, consumer: Consumer, ids: Sequence[pb.MessageIdData]) -> Optional[asyncio.Future]:
+        full: list[Position] = []
+        partial: dict[Position, int] = {}
+        for mid in ids:
+            pos = position_of(mid)
+            if pos.ledger_id < 0 or pos.entry_id < 0 or self.is_acked(pos):
+                continue
+            if len(mid.ack_set):
+                incoming = ack_set_to_int(mid.ack_set)
+                current = self.batch_acks.get(pos)
+                remaining = incoming if current is None else current & incoming
+                if remaining:
+                    if remaining != current:
+                        partial[pos] = remaining
+                    self.batch_acks[pos] = remaining
+                    owner = self._pending_owner(consumer, pos)
+                    if owner is not None:
+                        count = owner.pending_acks[pos]
+                        left = bin(remaining).count("1")
+                        if count > left and owner.acked(pos, count - left):
+                            self._wake_dispatcher()
+                    continue
+            full.append(pos)
+        partial_fut = self._queue_op("batch", partial) if partial else None
+        if not full:
+            return partial_fut
+        for pos in full:
+            self.batch_acks.pop(pos, None)
+            self.redelivery_counts.pop(pos, None)
+            owner = self._pending_owner(consumer, pos)
+            if owner is not None:
+                if owner.acked(pos):
+                    self._wake_dispatcher()
+        consumer.msg_ack.record(len(full))
+        self._queued_acks.update(full)
+        if self.dispatcher is not None:
+            self.dispatcher.on_acked(full)
+        return self._queue_op("delete", full)
+
+    def _pending_owner(self, consumer: Consumer, pos: Position) -> Optional[Consumer]:
+        if pos in consumer.pending_acks:
+            return consumer
+        for other in self.consumers:  # acked through another consumer (e.g. after a reconnection)
+            if pos in other.pending_acks:
+                return other
+        return None
+
+    def _ack_cumulative(self, consumer: Consumer, mid: pb.MessageIdData) -> Optional[asyncio.Future]:
+        pos = position_of(mid)
+        if pos.ledger_id < 0:
+            return None
+        target = pos
+        partial: Optional[dict[Position, int]] = None
+        if len(mid.ack_set):
+            incoming = ack_set_to_int(mid.ack_set)
+            current = self.batch_acks.get(pos)
+            remaining = incoming if current is None else current & incoming
+            if remaining:
+                self.batch_acks[pos] = remaining
+                target = Position(pos.ledger_id, pos.entry_id - 1)
+                if remaining != current and not self.is_acked(pos):
+                    partial = {pos: remaining}
+        current_md = self._queued_md or self.cursor.mark_delete_position
+        if target <= current_md:
+            return self._queue_op("batch", partial) if partial else None
+        self._queued_md = target
+        for p in [p for p in self.redelivery_counts if p <= target]:
+            del self.redelivery_counts[p]
+        for p in [p for p in self.batch_acks if p <= target]:
+            del self.batch_acks[p]
+        for c in self.consumers:
+            if c.acked_up_to(target):
+                self._wake_dispatcher()
+        consumer.msg_ack.record(1)
+        fut = self._queue_op("mark_delete", target)
+        return self._queue_op("batch", partial) if partial else fut
+
+    def ack_marker(self, position: Position) -> None:
+        """Internal markers are acknowledged as soon as a dispatcher meets them."""
+        self._queued_acks.add(position)
+        self._queue_op("delete", [position])
+
+    def _queue_op(self, kind: str, arg) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self._ack_ops.append((kind, arg, fut))
+        self._ack_idle.clear()
+        self._ack_event.set()
+        self._ensure_ack_worker()
+        return fut
+
+    def _ensure_ack_worker(self) -> None:
+        if self._ack_task is None or self._ack_task.done():
+            self._ack_task = asyncio.get_running_loop().create_task(self._ack_worker(),
+                                                                    name=f"acks {self.log_prefix}")
+
+    async def _ack_worker(self) -> None:
+        ops = self._ack_ops
+        while True:
+            if not ops:
+                self._ack_idle.set()
+                await self._ack_event.wait()
+                self._ack_event.clear()
+                continue
+            kind, arg, fut = ops.popleft()
+            futures = [fut]
+            if kind == "delete":
+                positions = list(arg)
+                while ops and ops[0][0] == "delete":
+                    _, more, f = ops.popleft()
+                    positions.extend(more)
+                    futures.append(f)
+            elif kind == "batch":
+                ack_sets = dict(arg)
+                while ops and ops[0][0] == "batch":
+                    _, more, f = ops.popleft()
+                    for p, bits in more.items():
+                        ack_sets[p] = ack_sets[p] & bits if p in ack_sets else bits
+                    futures.append(f)
+                positions = list(ack_sets)
+            else:
+                positions = [arg]
+                while ops and ops[0][0] == "mark_delete":
+                    _, more, f = ops.popleft()
+                    positions = [max(positions[0], more)]
+                    futures.append(f)
+            before = self.cursor.mark_delete_position
+            error: Optional[BaseException] = None
+            try:
+                if kind == "delete":
+                    await self._delete_positions(positions)
+                elif kind == "batch":
+                    await shielded(self.cursor.delete_batch_indexes(ack_sets))
+                else:
+                    await shielded(self.cursor.mark_delete(positions[0], properties=self.cursor_properties()))
+            except asyncio.CancelledError:
+                for f in futures:
+                    f.cancel()
+                raise
+            except Exception as exc:
+                error = exc
+                log.warning("%s %s of %d position(s) failed: %s", self.log_prefix, kind, len(positions), exc)
+            if kind == "delete":
+                self._queued_acks.difference_update(positions)
+            elif kind == "mark_delete" and self._queued_md is not None and self._queued_md <= positions[0]:
+                self._queued_md = None
+            for f in futures:
+                if not f.done():
+                    f.set_exception(error) if error else f.set_result(None)
+            if self.cursor.mark_delete_position != before:
+                self.last_md_advanced_ms = int(time.time() * 1000)
+                self._wake_dispatcher()
+                self._snapshots_passed()
+
+    async def _delete_positions(self, positions: list[Position]) -> None:
+        """Individual deletes; a position the ledger does not have (a client acknowledging garbage) must not
+        cost the valid ones their acknowledgement, so a refused batch is retried one position at a time."""
+        try:
+            await shielded(self.cursor.delete(positions))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if len(positions) == 1 or "InvalidCursorPosition" not in type(exc).__name__:
+                raise
+            for pos in positions:
+                try:
+                    await shielded(self.cursor.delete([pos]))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as one:
+                    if "InvalidCursorPosition" not in type(one).__name__:
+                        raise
+                    log.info("%s ignoring an acknowledgement of %s: %s", self.log_prefix, pos, one)
+
+    async def drain_acks(self) -> None:
+        """Waits until every queued acknowledgement reached the cursor."""
+        if self._ack_task is not None and not self._ack_task.done():
+            await self._ack_idle.wait()
+
+    def cursor_properties(self) -> Optional[dict[str, int]]:
+        return {REPLICATED_PROPERTY: 1} if self.replicated else None
+
+    async def set_replicated(self, replicated: bool) -> None:
+        """Records ``replicate_subscription_state`` in the cursor's properties."""
+        if replicated == self.replicated or not self.durable:
+            return
+        self.replicated = replicated
+        if not replicated:
+            self._snapshots = None
+        await self.drain_acks()
+        await shielded(self.cursor.mark_delete(self.cursor.mark_delete_position,
+                                               properties={REPLICATED_PROPERTY: 1 if replicated else 0}))
+
+    def _wake_dispatcher(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
+
+    # --------------------------------------------------------------------------------- replicated snapshots
+
+    def _controller(self) -> Optional[ReplicatedSubscriptionsHook]:
+        return getattr(self.topic, "replicated_subscriptions", None) if self.replicated else None
+
+    def on_snapshot_marker(self, position: Position, metadata: pb.MessageMetadata, payload: bytes) -> None:
+        """A dispatcher met a SNAPSHOT marker at ``position``: keep its snapshot until mark-delete passes it."""
+        controller = self._controller()
+        if controller is None:
+            return
+        if self._snapshots is None:
+            self._snapshots = controller.new_snapshot_cache()
+        try:
+            self._snapshots.add_marker(metadata, payload)
+        except ProtocolError as exc:
+            log.warning("%s ignoring the snapshot marker at %s: %s", self.log_prefix, position, exc)
+
+    def _snapshots_passed(self) -> None:
+        """Mark-delete moved: hands the newest snapshot it passed (if any) to the controller."""
+        cache = self._snapshots
+        controller = self._controller()
+        if cache is None or controller is None:
+            return
+        clusters = cache.advance(self.cursor.mark_delete_position)
+        if clusters is not None:
+            controller.subscription_advanced(self.name, clusters)
+
+    # --------------------------------------------------------------------------------- redelivery
+
+    def redeliver(self, consumer: Consumer, ids: Sequence[pb.MessageIdData]) -> None:
+        if self.dispatcher is None:
+            return
+        positions = [position_of(m) for m in ids] if ids else None
+        self.dispatcher.redeliver(consumer, positions)
+
+    def rewind_cursor(self) -> None:
+        self.cursor.rewind()
+
+    # --------------------------------------------------------------------------------- admin operations
+
+    async def reset(self, position: Position) -> None:
+        """Seek: disconnects every consumer (they reconnect), then resets the cursor to ``position``."""
+        async with self._op_lock:
+            self.disconnect_consumers()
+            await self.drain_acks()
+            await shielded(self.cursor.reset(position))
+            self._queued_acks.clear()
+            self._queued_md = None
+            self.redelivery_counts.clear()
+            self.batch_acks.clear()
+            if self.dispatcher is not None:
+                self.dispatcher.after_reset()
+            self._snapshots_passed()
+
+    async def mark_delete_up_to(self, position: Position) -> None:
+        """Acknowledges everything up to ``position`` (skip, expire)."""
+        await self.drain_acks()
+        if position <= self.cursor.mark_delete_position:
+            return
+        await shielded(self.cursor.mark_delete(position, properties=self.cursor_properties()))
+        for p in [p for p in self.redelivery_counts if p <= position]:
+            del self.redelivery_counts[p]
+        for p in [p for p in self.batch_acks if p <= position]:
+            del self.batch_acks[p]
+        for c in self.consumers:
+            c.acked_up_to(position)
+        if self.dispatcher is not None:
+            self.dispatcher.generation += 1
+            self.rewind_cursor()
+            self.dispatcher.wake()
+        self._snapshots_passed()
+
+    async def delete(self, *, requester: Optional[Consumer] = None, force: bool = False) -> None:
+        """Unsubscribe: removes the subscription and its cursor.
+
+        Raises:
+            ConsumerBusyError: other consumers are connected and ``force`` is False.
+        """
+        async with self._op_lock:
+            others = [c for c in self.consumers if c is not requester]
+            if others and not force:
+                raise ConsumerBusyError(f"subscription {self.name!r} has {len(others)} other connected "
+                                        f"consumer(s); close them first")
+            self.closed = True
+            if requester is not None:
+                self.remove_consumer(requester)
+                requester.connection.forget_consumer(requester.consumer_id, requester)
+            self.disconnect_consumers()
+            await self._shutdown(flush=False)
+            self.topic.forget_subscription(self)
+            if self.durable:
+                await shielded(self.topic.ml.delete_cursor(self.name))
+
+    async def close(self) -> None:
+        """Unload: disconnects consumers, applies queued acknowledgements, flushes the cursor."""
+        self.closed = True
+        self.disconnect_consumers()
+        await self._shutdown(flush=self.durable)
+
+    async def _shutdown(self, *, flush: bool = False) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.close()
+        try:
+            await asyncio.wait_for(self.drain_acks(), 10.0)
+        except TimeoutError:
+            log.warning("%s queued acknowledgements not applied within 10s", self.log_prefix)
+        if self._ack_task is not None:
+            self._ack_task.cancel()
+            await asyncio.gather(self._ack_task, return_exceptions=True)
+            self._ack_task = None
+        if flush:
+            await shielded(self.cursor.flush())
+
+    # --------------------------------------------------------------------------------- stats
+
+    def tick(self) -> None:
+        self.msg_expired.tick()
+        for c in self.consumers:
+            for meter in (c.msg_out, c.bytes_out, c.msg_redeliver, c.msg_ack):
+                meter.tick()
+
+    def backlog_size_bytes(self, backlog_entries: int) -> int:
+        ml = self.topic.ml
+        n = ml.number_of_entries
+        return int(ml.total_size * backlog_entries / n) if n else 0
+
+    def stats(self) -> dict:
+        consumers = self.consumers
+        cstats = [c.stats() for c in consumers]
+        backlog = self.cursor.backlog_entries()
+        dispatcher = self.dispatcher
+        delayed = dispatcher.delayed_messages() if dispatcher else 0
+        out = {
+            "msgRateOut": sum(c["msgRateOut"] for c in cstats),
+            "msgThroughputOut": sum(c["msgThroughputOut"] for c in cstats),
+            "bytesOutCounter": self._removed_bytes_out + sum(c["bytesOutCounter"] for c in cstats),
+            "msgOutCounter": self._removed_msg_out + sum(c["msgOutCounter"] for c in cstats),
+            "msgRateRedeliver": sum(c["msgRateRedeliver"] for c in cstats),
+            "messageAckRate": sum(c["messageAckRate"] for c in cstats),
+            "chunkedMessageRate": 0.0,
+            "msgBacklog": backlog,
+            "backlogSize": self.backlog_size_bytes(backlog),
+            "msgBacklogNoDelayed": max(0, backlog - delayed),
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": delayed,
+            "unackedMessages": sum(c["unackedMessages"] for c in cstats),
+            "type": self.type_name(),
+            "activeConsumerName": dispatcher.active_consumer_name() if dispatcher else None,
+            "msgRateExpired": self.msg_expired.rate(),
+            "totalMsgExpired": self.msg_expired.total,
+            "lastExpireTimestamp": self.last_expire_ms,
+            "lastConsumedFlowTimestamp": max([c["lastConsumedFlowTimestamp"] for c in cstats], default=0),
+            "lastConsumedTimestamp": max([c["lastConsumedTimestamp"] for c in cstats], default=0),
+            "lastAckedTimestamp": max([c["lastAckedTimestamp"] for c in cstats], default=0),
+            "lastMarkDeleteAdvancedTimestamp": self.last_md_advanced_ms,
+            "consumers": cstats,
+            "isDurable": self.durable,
+            "isReplicated": self.replicated,
+            "replicated": self.replicated,
+            "consumersAfterMarkDeletePosition": {},
+            "nonContiguousDeletedMessagesRanges": len(self.cursor.individually_deleted_ranges()),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            "subscriptionProperties": {},
+            **self.topic.rate_limits.throttle_stats(self.name),  # dispatchThrottled*Events* (throttle.py)
+        }
+        if isinstance(dispatcher, KeySharedDispatcher):
+            out["keySharedMode"] = pb.KeySharedMode.Name(dispatcher.mode)
+            out["allowOutOfOrderDelivery"] = dispatcher.allow_out_of_order
+            for c, s in zip(consumers, cstats):
+                s["keyHashRanges"] = [f"[{a}, {b}]" for a, b in dispatcher.hash_ranges(c)]
+        return out
+
+    def internal_stats(self) -> dict:
+        return {
+            "markDeletePosition": str(self.cursor.mark_delete_position),
+            "readPosition": str(self.cursor.read_position),
+            "messagesConsumedCounter": self._removed_msg_out + sum(c.msg_out.total for c in self.consumers),
+            "individuallyDeletedMessages": "[" + ", ".join(f"({a}..{b}]" for a, b in
+                                                           self.cursor.individually_deleted_ranges()) + "]",
+            "numberOfEntriesSinceFirstNotAckedMessage": self.cursor.backlog_entries(),
+            "totalNonContiguousDeletedMessagesRange": len(self.cursor.individually_deleted_ranges()),
+            "state": "Closed" if self.closed else "Open",
+            "active": bool(self.consumers),
+            "properties": dict(getattr(self.cursor, "properties", None) or {}),
+        }
+
+
+def ensure_found(sub: Optional[Subscription], name: str, topic: str) -> Subscription:
+    if sub is None:
+        raise SubscriptionNotFoundError(f"subscription {name!r} does not exist on {topic}")
+    return sub

@@ -1,0 +1,653 @@
+"""A persistent topic: its managed ledger, producers (with access modes and deduplication), and
+subscriptions (durable ones recovered from the ledger's cursors, non-durable ones for readers).
+
+States: ACTIVE → CLOSING → CLOSED (unload) or DELETED. Anything but ACTIVE refuses producers, consumers
+and SENDs with ServiceNotReady, which pulsar-client answers with a fresh lookup and a retry.
+
+Producer access modes (``ProducerAccessMode``): Shared producers coexist unless an exclusive one holds the
+topic (ProducerBusy). Exclusive takes the topic only when no other producer is connected (ProducerBusy
+otherwise); ExclusiveWithFencing closes every other producer and takes it; WaitForExclusive is answered
+``producer_ready=false`` and queued until the topic is free. Each new exclusive holder increments the
+*topic epoch*; a producer reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
+The epoch is stored in the managed ledger's properties (``pulsar.topic.epoch``, as Pulsar does) before the
+exclusive producer is admitted, and read when the topic is loaded, so a fenced producer stays fenced after
+an unload or a failover.
+
+Termination (:meth:`Topic.terminate`, admin ``terminate``): the managed ledger is terminated (stored, so it
+survives a reload), producers are refused (TopicTerminatedError, on PRODUCER and on every later SEND) and
+each consumer gets REACHED_END_OF_TOPIC once its subscription has nothing left (see the dispatcher).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Optional, Union
+
+from broker.managed_ledger.api import InitialPosition, ManagedLedger, Position
+from magnetar.protocol import pb
+from magnetar.protocol.frames import parse_entry
+from magnetar.topic_name import TopicName
+
+from . import dedup as dedup_mod
+from ..policies import delayed_delivery as delayed_policy
+from ..policies.backlog_quota import TopicBacklogQuota
+from ..session.consumer import Consumer
+from ..errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerFencedError,
+                     ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError,
+                     topic_not_ready)
+from .entries import entry_info, publish_time_of
+from ..latency import WriteLatency
+from ..session.producer import Producer
+from .common import TopicCommon, TopicState
+from .replication import TopicReplication, is_replication_cursor
+from ..stats import RateMeter
+from .compaction.compactor import TopicCompaction
+from .compaction.logic import COMPACTION_CURSOR
+from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
+from ..tasks import shielded
+from ..policies.throttle import TopicRateLimits
+
+if TYPE_CHECKING:
+    from config_store.models import Policies
+
+    from ..session.connection import Connection
+    from ..service import BrokerService
+
+log = logging.getLogger("broker.service.topics.topic")
+
+SubType = pb.CommandSubscribe.SubType
+_I64_MAX = (1 << 63) - 1
+RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME, COMPACTION_CURSOR})
+TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
+
+
+def is_reserved_subscription(name: str) -> bool:
+    """Cursors the broker keeps for itself (deduplication snapshots, one per replication target)."""
+    return name in RESERVED_SUBSCRIPTIONS or is_replication_cursor(name)
+
+
+class Topic(TopicCommon):
+    def __init__(self, service: "BrokerService", topic_name: TopicName, ml: ManagedLedger) -> None:
+        self.service = service
+        self.config = service.config
+        self.topic_name = topic_name
+        self.name = str(topic_name)
+        self.ml = ml
+        self.state = TopicState.ACTIVE
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.dedup = dedup_mod.Deduplication(ml, snapshot_interval_entries=self.config.dedup_snapshot_interval_entries,
+                                             recent_positions_max=self.config.dedup_recent_positions_max)
+        self.topic_epoch: Optional[int] = None
+        self.policies: Optional["Policies"] = None
+        self.msg_in = RateMeter()
+        self.bytes_in = RateMeter()
+        self.write_latency = WriteLatency(service.publish_latency)
+        self._removed_msg_out = 0
+        self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
+        self._sub_locks: dict[str, asyncio.Lock] = {}
+        self._policy_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._unload_requested = False
+        self.replication: Optional[TopicReplication] = None
+        self.replication_clusters: list[str] = []
+        self.topic_replication_clusters: Optional[list[str]] = None  # topic-level override, when set
+        self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
+        self.topic_backlog_quotas: Optional[dict] = None  # topic-level backlog quotas by type, when set
+        self.own_topic_policies = None  # the topic's own TopicPolicies, when any are set (delayed_policy.py)
+        self.backlog_quota = TopicBacklogQuota(self, service.backlog_quota_defaults)
+        self.rate_limits = TopicRateLimits(self)  # publish and dispatch rate limits (throttle.py)
+        self.compaction = TopicCompaction(self)  # topic compaction and the compacted view (compaction.py)
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, {self.state.value})"
+
+    # --------------------------------------------------------------------------------- loading, policies
+
+    @property
+    def replicated_subscriptions(self):
+        """The replicated-subscriptions controller of this topic (None without replication)."""
+        return self.replication.replicated_subscriptions if self.replication is not None else None
+
+    async def initialize(self, policies: Optional["Policies"],
+                         topic_replication_clusters: Optional[list[str]] = None) -> None:
+        self._load_epoch()
+        for name, cursor in self.ml.cursors.items():
+            if is_reserved_subscription(name) or not getattr(cursor, "durable", True):
+                continue
+            props = getattr(cursor, "properties", None) or {}
+            self.subscriptions[name] = Subscription(self, name, cursor, durable=True,
+                                                    replicated=bool(props.get(REPLICATED_PROPERTY)))
+        provider = self.service.replication
+        if provider is not None:
+            self.replication = provider.attach(self)
+        self.topic_replication_clusters = topic_replication_clusters
+        await self.apply_policies(policies)
+
+    async def apply_policies(self, policies: Optional["Policies"]) -> None:
+        async with self._policy_lock:
+            self.policies = policies
+            delayed_policy.policies_changed(self)
+            self.rate_limits.refresh()
+            dedup = policies.deduplication_enabled if policies is not None else None
+            if dedup is None:
+                dedup = self.config.deduplication_enabled
+            if dedup:
+                await self.dedup.enable()
+            else:
+                await self.dedup.disable()
+            await self._apply_replication()
+
+    async def set_topic_replication_clusters(self, clusters: Optional[list[str]]) -> None:
+        """The topic-level override of the namespace's replication clusters changed (None: removed)."""
+        async with self._policy_lock:
+            self.topic_replication_clusters = clusters
+            await self._apply_replication()
+
+    async def _apply_replication(self) -> None:
+        if self.topic_replication_clusters is not None:
+            clusters = list(self.topic_replication_clusters)
+        else:
+            clusters = list(getattr(self.policies, "replication_clusters", None) or [])
+        self.replication_clusters = clusters
+        if self.replication is not None and self.state is TopicState.ACTIVE:
+            await self.replication.set_clusters(clusters)
+
+    # --------------------------------------------------------------------------------- producers
+
+    async def add_producer(self, producer: Producer) -> Optional[asyncio.Future]:
+        """Admits ``producer``; returns a future when it must wait for exclusive access (WaitForExclusive).
+
+        Raises:
+            ProducerBusyError, ProducerFencedError, ServiceNotReadyError: as Pulsar answers them.
+        """
+        self.check_active()
+        if self.ml.terminated:
+            raise TopicTerminatedError(f"topic {self.name} is terminated")
+        if producer.is_replicator:  # its sends are deduplicated by origin position, whatever the policy
+            await self.dedup.track_replicated()
+            self.check_active()
+        wait = self._admit(producer)
+        if wait is not None:
+            return wait
+        if producer.exclusive:
+            await self._store_epoch(producer)
+        return None
+
+    def _load_epoch(self) -> None:
+        stored = self.ml.properties.get(TOPIC_EPOCH_PROPERTY)
+        if stored is None:
+            return
+        try:
+            self.topic_epoch = int(stored)
+        except ValueError:
+            log.warning("[%s] ignoring the unreadable stored topic epoch %r", self.name, stored)
+
+    async def _store_epoch(self, producer: Producer) -> None:
+        """Stores the topic epoch before ``producer`` (admitted with it) hears of it; it is refused (and
+        removed) if that fails, or if another exclusive producer fenced it meanwhile. Writes are serialised
+        by the managed ledger in call order and carry the epoch current at the call, so the stored epoch
+        never goes back."""
+        try:
+            await shielded(self.ml.set_properties({TOPIC_EPOCH_PROPERTY: str(self.topic_epoch)}))
+        except BaseException:
+            self.remove_producer(producer)
+            raise
+        if self.producers.get(producer.name) is not producer:
+            raise ProducerFencedError(f"producer {producer.name!r} was fenced by a newer exclusive producer "
+                                      f"while topic epoch {producer.topic_epoch} was being stored")
+
+    async def _admit_waiting(self, producer: Producer, fut: asyncio.Future) -> None:
+        try:
+            await self._store_epoch(producer)
+        except BaseException as exc:
+            if not fut.done():
+                fut.cancel() if isinstance(exc, asyncio.CancelledError) else fut.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _waiting_granted(self, producer: Producer, fut: asyncio.Future) -> None:
+        self.spawn(self._admit_waiting(producer, fut), f"store topic epoch {self.name}")
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        return self.dedup.last_sequence_id(producer_name)
+
+    def publish(self, producer: Producer, send: pb.CommandSend, entry: bytes) -> None:
+        """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order."""
+        seq = send.sequence_id
+        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+        if self.state is not TopicState.ACTIVE or self.ml.terminated:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(TopicTerminatedError(f"topic {self.name} is terminated") if self.ml.terminated
+                              else topic_not_ready(self.name, self.state.value))
+            producer.track(seq, highest, fut)
+            return
+        dedup = self.dedup
+        # pulsar-client (C++) sends a batch with its first sequence id and no highest one; its members are
+        # numbered consecutively, so the batch covers seq .. seq + n - 1 (what the Java client would send).
+        # A replicator's sequence id is its entry's origin position, one per entry, whatever the batch size.
+        if producer.is_replicator:
+            top = seq
+        else:
+            top = highest if highest is not None else seq + max(send.num_messages, 1) - 1
+        deduplicate = dedup.applies_to(producer.name)
+        if deduplicate:
+            status, fut = dedup.check(producer.name, seq, top)
+            if status is dedup_mod.Status.DUPLICATE:
+                producer.track(seq, highest, fut)
+                return
+        try:
+            fut = self.ml.add_entry_nowait(entry)
+        except Exception as exc:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(exc)
+        if deduplicate:
+            dedup.pushed(producer.name, seq, top, fut)
+        producer.track(seq, highest, fut)
+        if send.marker and producer.is_replicator:
+            fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
+        messages = send.num_messages
+        size = len(entry)
+        self._count_published(producer, messages, size)
+        if producer.is_replicator:
+            meters = self.replication_in.get(producer.origin_cluster)
+            if meters is None:
+                meters = self.replication_in[producer.origin_cluster] = (RateMeter(), RateMeter())
+            meters[0].record(messages)
+            meters[1].record(size)
+
+    def _replicated_marker_stored(self, fut: asyncio.Future, entry: bytes) -> None:
+        """A marker replicated from another cluster is stored: the replicated-subscriptions controller reads it."""
+        if fut.cancelled() or fut.exception() is not None or self.replication is None:
+            return
+        try:
+            parsed = parse_entry(entry, require_checksum=False)
+        except Exception as exc:
+            log.warning("[%s] undecodable replicated marker at %s: %s", self.name, fut.result(), exc)
+            return
+        self.replication.on_marker(fut.result(), parsed.metadata, parsed.payload)
+
+    def on_publish_failure(self, error: BrokerServiceError) -> None:
+        """A write failed: the managed ledger is fenced or unusable, so the topic is unloaded and reopened by
+        whoever looks it up next (clients get CLOSE_PRODUCER/CLOSE_CONSUMER and reconnect)."""
+        if isinstance(error, (PersistenceError, ServiceNotReadyError)) and not self._unload_requested \
+                and self.state is TopicState.ACTIVE:
+            self._unload_requested = True
+            log.warning("[%s] unloading after a failed write: %s", self.name, error)
+            self.service.spawn(self.service.unload_topic(self.name), f"unload {self.name}")
+
+    # --------------------------------------------------------------------------------- subscriptions
+
+    def _lock_for(self, name: str) -> asyncio.Lock:
+        lock = self._sub_locks.get(name)
+        if lock is None:
+            lock = self._sub_locks[name] = asyncio.Lock()
+        return lock
+
+    async def subscribe(self, connection: "Connection", cmd: pb.CommandSubscribe, consumer_name: str) -> Consumer:
+        self.check_active()
+        name = cmd.subscription
+        if not name or is_reserved_subscription(name):
+            raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
+        if cmd.read_compacted:  # as Pulsar: only where one consumer reads everything in order
+            if cmd.subType not in (SubType.Exclusive, SubType.Failover):
+                raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
+            await self.compaction.ensure_loaded()
+        async with self._lock_for(name):
+            self.check_active()
+            sub = self.subscriptions.get(name)
+            if sub is not None and sub.closed:
+                async with sub._op_lock:  # an unsubscribe in progress: let it delete the cursor first
+                    pass
+                sub = self.subscriptions.get(name)
+                if sub is not None and sub.closed:
+                    raise ServiceNotReadyError(f"subscription {name!r} on {self.name} is closing")
+            if cmd.durable:
+                if sub is None:
+                    initial = InitialPosition.EARLIEST if cmd.initialPosition == pb.CommandSubscribe.Earliest \
+                        else InitialPosition.LATEST
+                    cursor = await shielded(self.ml.open_cursor(name, initial_position=initial))
+                    props = getattr(cursor, "properties", None) or {}
+                    sub = Subscription(self, name, cursor, durable=True,
+                                       replicated=bool(props.get(REPLICATED_PROPERTY)))
+                    self.subscriptions[name] = sub
+                elif not sub.durable:
+                    raise NotAllowedError(f"a non-durable subscription named {name!r} exists on {self.name}")
+                if cmd.HasField("replicate_subscription_state") and cmd.replicate_subscription_state:
+                    await sub.set_replicated(True)
+            else:
+                if sub is not None and sub.durable:
+                    raise NotAllowedError(f"cannot create a non-durable subscription named like the durable "
+                                          f"subscription {name!r}")
+                if sub is None:
+                    start = self._reader_start(cmd)
+                    cursor = self.ml.new_non_durable_cursor(start, name=name)
+                    sub = Subscription(self, name, cursor, durable=False)
+                    self.subscriptions[name] = sub
+                    if cmd.start_message_rollback_duration_sec > 0:
+                        ts = int(time.time() * 1000) - cmd.start_message_rollback_duration_sec * 1000
+                        await sub.reset(await self.find_position(ts))
+            meta = cmd.keySharedMeta if cmd.HasField("keySharedMeta") else None
+            consumer = Consumer(sub, connection, cmd.consumer_id, consumer_name, sub_type=cmd.subType,
+                                priority_level=cmd.priority_level, metadata={kv.key: kv.value for kv in cmd.metadata},
+                                key_shared_meta=meta,
+                                consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
+                                max_unacked_messages=self.config.max_unacked_messages_per_consumer)
+            consumer.read_compacted = bool(cmd.read_compacted)
+            await sub.add_consumer(consumer)
+            if self.state is not TopicState.ACTIVE:  # unloaded meanwhile: its consumers were already told
+                sub.remove_consumer(consumer)
+                raise topic_not_ready(self.name, self.state.value)
+            return consumer
+
+    def before_first(self) -> Position:
+        first = self.ml.first_position()
+        return Position(first.ledger_id, first.entry_id - 1)
+
+    def _reader_start(self, cmd: pb.CommandSubscribe) -> Position:
+        """Where a reader's non-durable cursor starts (it reads from the entry after this position).
+
+        A start id ``(l, e)`` starts *at* entry e, as Pulsar does (it treats every start id as a batch id
+        and steps back one entry): the client drops what precedes its start id, or the start id itself
+        when not inclusive."""
+        if cmd.HasField("start_message_id"):
+            ledger, entry = signed(cmd.start_message_id.ledgerId), signed(cmd.start_message_id.entryId)
+            if ledger == _I64_MAX:
+                return self.ml.last_confirmed_position
+            if ledger < 0:
+                return self.before_first()
+            if entry >= 0:
+                return Position(ledger, entry - 1)
+            return Position(ledger, entry)
+        if cmd.initialPosition == pb.CommandSubscribe.Earliest:
+            return self.before_first()
+        return self.ml.last_confirmed_position
+
+    def forget_subscription(self, sub: Subscription) -> None:
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+            lock = self._sub_locks.get(sub.name)
+            if lock is not None and not lock.locked():
+                del self._sub_locks[sub.name]
+            self._removed_msg_out += sub._removed_msg_out + sum(c.msg_out.total for c in sub.consumers)
+            self.rate_limits.forget(sub.name)
+
+    def _subscription(self, name: str) -> Subscription:
+        return ensure_found(self.subscriptions.get(name), name, self.name)
+
+    async def create_subscription(self, name: str, position: Union[Position, str] = "latest") -> Subscription:
+        """Admin: creates a durable subscription at ``position`` ("earliest", "latest" or a Position)."""
+        self.check_active()
+        if not name or is_reserved_subscription(name):
+            raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
+        async with self._lock_for(name):
+            if name in self.subscriptions:
+                raise SubscriptionAlreadyExistsError(f"subscription {name!r} already exists on {self.name}")
+            initial = InitialPosition.EARLIEST if position == "earliest" else InitialPosition.LATEST
+            cursor = await shielded(self.ml.open_cursor(name, initial_position=initial))
+            sub = Subscription(self, name, cursor, durable=True)
+            self.subscriptions[name] = sub
+            if isinstance(position, tuple):
+                await sub.reset(Position(*position))
+            return sub
+
+    async def ensure_subscription(self, name: str) -> Subscription:
+        """The durable subscription ``name``, created at the earliest position if missing (a producer's
+        ``initial_subscription_name``, as Pulsar does)."""
+        sub = self.subscriptions.get(name)
+        if sub is not None and not sub.closed:
+            return sub
+        try:
+            return await self.create_subscription(name, "earliest")
+        except SubscriptionAlreadyExistsError:
+            return self.subscriptions[name]
+
+    async def apply_replicated_subscription_update(self, name: str, position: Position) -> None:
+        """Another cluster's replicated subscription ``name`` passed a snapshot whose position here is
+        ``position``: the local subscription (created, replicated, when missing) moves up to it, never back."""
+        if self.state is not TopicState.ACTIVE or is_reserved_subscription(name) or not name:
+            return
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            async with self._lock_for(name):
+                sub = self.subscriptions.get(name)
+                if sub is None:
+                    cursor = await shielded(self.ml.open_cursor(name, initial_position=InitialPosition.EARLIEST))
+                    sub = Subscription(self, name, cursor, durable=True)
+                    self.subscriptions[name] = sub
+                    await sub.set_replicated(True)  # stored with the cursor
+                    log.info("[%s] replicated subscription %s created by another cluster", self.name, name)
+        if not sub.durable or sub.closed:
+            return
+        if position > self.ml.last_confirmed_position:
+            position = self.ml.last_confirmed_position
+        await sub.mark_delete_up_to(position)
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        await self._subscription(name).delete(force=force)
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        await consumer.subscription.delete(requester=consumer)
+
+    async def find_position(self, timestamp_ms: int) -> Position:
+        return await self.ml.find_position_by_publish_time(timestamp_ms, publish_time_of)
+
+    def seek_position(self, ledger_id: int, entry_id: int) -> Position:
+        """The cursor position a seek to message id (ledger, entry) resets to."""
+        if ledger_id < 0:
+            return self.ml.first_position()
+        if ledger_id == _I64_MAX:
+            return self.ml.next_position(self.ml.last_confirmed_position)
+        return Position(ledger_id, max(entry_id, 0))
+
+    async def reset_cursor(self, sub_name: str, *, position: Optional[Position] = None,
+                           timestamp_ms: Optional[int] = None) -> None:
+        sub = self._subscription(sub_name)
+        if position is None:
+            if timestamp_ms is None:
+                raise NotAllowedError("reset_cursor needs a position or a timestamp")
+            position = await self.find_position(timestamp_ms)
+        await sub.reset(position)
+
+    async def skip(self, sub_name: str, n: int) -> int:
+        """Acknowledges the next ``n`` unacknowledged entries; returns how many were skipped."""
+        sub = self._subscription(sub_name)
+        await sub.drain_acks()
+        reader = self.ml.new_non_durable_cursor(sub.cursor.mark_delete_position, name=f"{sub_name}.skip")
+        skipped = 0
+        target: Optional[Position] = None
+        while skipped < n:
+            entries = await reader.read_entries(min(500, n - skipped + 100))
+            if not entries:
+                break
+            for e in entries:
+                if sub.is_acked(e.position):
+                    continue
+                skipped += 1
+                target = e.position
+                if skipped >= n:
+                    break
+        if target is not None:
+            await sub.mark_delete_up_to(target)
+        return skipped
+
+    async def expire(self, sub_name: str, seconds: float) -> int:
+        """Acknowledges every entry published more than ``seconds`` ago; returns entries expired."""
+        sub = self._subscription(sub_name)
+        return await self._expire(sub, seconds)
+
+    async def _expire(self, sub: Subscription, seconds: float) -> int:
+        cutoff = int(time.time() * 1000 - seconds * 1000)
+        first_kept = await self.find_position(cutoff)
+        lac = self.ml.last_confirmed_position
+        target = lac if first_kept > lac else Position(first_kept.ledger_id, first_kept.entry_id - 1)
+        if target <= sub.cursor.mark_delete_position:
+            return 0
+        before = sub.cursor.backlog_entries()
+        await sub.mark_delete_up_to(target)
+        expired = max(0, before - sub.cursor.backlog_entries())
+        sub.msg_expired.record(expired)
+        sub.last_expire_ms = int(time.time() * 1000)
+        return expired
+
+    async def check_message_ttl(self) -> None:
+        ttl = self.policies.message_ttl_in_seconds if self.policies else None
+        if not ttl or ttl <= 0 or self.state is not TopicState.ACTIVE:
+            return
+        for sub in list(self.subscriptions.values()):
+            if sub.durable and not sub.closed:
+                try:
+                    await self._expire(sub, ttl)
+                except Exception as exc:
+                    log.warning("[%s][%s] TTL expiry failed: %s", self.name, sub.name, exc)
+
+    async def last_message_id(self) -> pb.MessageIdData:
+        """GET_LAST_MESSAGE_ID: the last entry, with the batch index of its last message."""
+        lac = self.ml.last_confirmed_position
+        mid = pb.MessageIdData(ledgerId=lac.ledger_id % (1 << 64), entryId=lac.entry_id % (1 << 64))
+        if lac.entry_id >= 0:
+            try:
+                entry = await self.ml.read_entry(lac)
+                info = entry_info(entry.data)
+                if info.metadata.HasField("num_messages_in_batch"):
+                    mid.batch_index = info.num_messages - 1
+            except Exception as exc:
+                log.debug("[%s] reading the last entry %s failed: %s", self.name, lac, exc)
+        if self.topic_name.is_partition:
+            mid.partition = self.topic_name.partition_index
+        return mid
+
+    # --------------------------------------------------------------------------------- termination
+
+    async def terminate(self) -> Position:
+        """Admin ``terminate``: no more messages, ever. Returns the last message's position (the same on a
+        second call). Consumers that have acknowledged everything are told REACHED_END_OF_TOPIC."""
+        self.check_active()
+        position = await shielded(self.ml.terminate())
+        log.info("[%s] terminated; last message %s", self.name, position)
+        for sub in list(self.subscriptions.values()):
+            dispatcher = getattr(sub, "dispatcher", None)
+            if dispatcher is not None:
+                dispatcher.wake()
+        return position
+
+    # --------------------------------------------------------------------------------- lifecycle
+
+    async def close(self) -> None:
+        """Unload: tells every client to reconnect, stops dispatchers, flushes cursors, closes the ledger."""
+        if self.state in (TopicState.CLOSED, TopicState.DELETED):
+            return
+        self.state = TopicState.CLOSING
+        await self._disconnect_all(flush=True)
+        if self.replication is not None:
+            await self.replication.close()
+        await self.dedup.close()
+        await self.compaction.close()
+        await self.ml.close()
+        self.state = TopicState.CLOSED
+
+    async def _disconnect_all(self, *, flush: bool) -> None:
+        self.rate_limits.close()
+        for producer in list(self.producers.values()):
+            producer.notify_closed()
+        self.producers.clear()
+        while self._waiting_exclusive:
+            producer, fut = self._waiting_exclusive.popleft()
+            if not fut.done():
+                fut.set_exception(ServiceNotReadyError(f"topic {self.name} is closing"))
+        results = await asyncio.gather(*(s.close() if flush else s._shutdown()
+                                         for s in list(self.subscriptions.values())), return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):
+                log.warning("[%s] closing a subscription failed: %s", self.name, r)
+        if self._tasks:  # let them finish (a cancelled cursor write can fence the cursor), within bounds
+            _done, pending = await asyncio.wait(list(self._tasks), timeout=10.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def delete(self, *, force: bool = False) -> None:
+        """Deletes the topic's data. Without ``force`` refuses while producers or consumers are connected."""
+        if not force and self.has_clients():
+            raise TopicBusyError(f"topic {self.name} has connected producers or consumers")
+        self.state = TopicState.CLOSING
+        for sub in self.subscriptions.values():
+            sub.closed = True
+            sub.disconnect_consumers()
+        await self._disconnect_all(flush=False)
+        if self.replication is not None:
+            await self.replication.close()
+        await self.compaction.close(delete=True)
+        await self.ml.delete()
+        self.state = TopicState.DELETED
+
+    # --------------------------------------------------------------------------------- stats
+
+    def tick(self) -> None:
+        self._tick_traffic()
+        for meters in self.replication_in.values():
+            meters[0].tick()
+            meters[1].tick()
+        if self.replication is not None:
+            self.replication.tick()
+
+    def replication_stats(self) -> dict[str, dict]:
+        """Pulsar's ``replication`` section: per remote cluster, outbound (our replicator) and inbound."""
+        out = dict(self.replication.stats()) if self.replication is not None else {}
+        for cluster, (msgs, size) in self.replication_in.items():
+            stats = out.setdefault(cluster, {"msgRateOut": 0.0, "msgThroughputOut": 0.0, "replicationBacklog": 0,
+                                             "connected": False, "replicationDelayInSeconds": 0})
+            stats["msgRateIn"] = msgs.rate()
+            stats["msgThroughputIn"] = size.rate()
+            stats["msgInCounter"] = msgs.total
+            stats["inboundConnection"] = True
+        for stats in out.values():
+            stats.setdefault("msgRateIn", 0.0)
+            stats.setdefault("msgThroughputIn", 0.0)
+        return out
+
+    def stats(self) -> dict:
+        subs = {name: s.stats() for name, s in self.subscriptions.items()}
+        msgs = self.msg_in.total
+        ml = self.ml
+        return {
+            "msgRateIn": self.msg_in.rate(),
+            "msgThroughputIn": self.bytes_in.rate(),
+            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
+            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
+            "bytesInCounter": self.bytes_in.total,
+            "msgInCounter": msgs,
+            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs.values()),
+            "msgOutCounter": self._removed_msg_out + sum(s["msgOutCounter"] for s in subs.values()),
+            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": ml.total_size,
+            "backlogSize": max([s["backlogSize"] for s in subs.values()], default=0),
+            "offloadedStorageSize": 0,
+            "waitingPublishers": len(self._waiting_exclusive),
+            "publishRateLimitedTimes": self.rate_limits.publish_rate_limited_times,
+            "deduplicationStatus": self.dedup.stats_status(),
+            "topicEpoch": self.topic_epoch,
+            "publishers": [p.stats() for p in self.producers.values()],
+            "subscriptions": subs,
+            "replication": self.replication_stats(),
+            "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            **self.backlog_quota.stats(),
+            "compaction": self.compaction.stats(),
+        }
+
+    def internal_stats(self) -> dict:
+        out = dict(self.ml.internal_stats())
+        cursors = dict(out.get("cursors") or {})
+        for name, sub in self.subscriptions.items():
+            cursors[name] = {**cursors.get(name, {}), **sub.internal_stats()}
+        out["cursors"] = cursors
+        out["compactedLedger"] = self.compaction.internal_stats()
+        return out
