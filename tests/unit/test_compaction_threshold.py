@@ -11,10 +11,8 @@ import pytest
 import typer
 
 from broker.config import BrokerConfig
-from broker.service.topics.compaction.logic import COMPACTION_CURSOR
 from broker.service.policies.auto_compaction import (CompactionMonitor, effective_threshold, should_compact,
                                                uncompacted_bytes)
-from broker.service.topics.topic import TopicState
 from config_store import Policies, TopicPolicies
 from magnetar.admin_namespace_policies_cli import parse_size_bytes
 from magnetar.errors import ConfigError
@@ -46,10 +44,14 @@ def test_compaction_starts_strictly_above_a_positive_threshold_when_none_runs() 
 
 
 class _FakeCompaction:
-    def __init__(self, running: bool = False, fail: bool = False) -> None:
+    def __init__(self, running: bool = False, fail: bool = False, backlog_entries=None) -> None:
         self.running = running
         self.fail = fail
         self.triggers = 0
+        self._backlog_entries = backlog_entries
+
+    def backlog_entries(self):
+        return self._backlog_entries
 
     def trigger(self) -> None:
         if self.fail:
@@ -60,13 +62,11 @@ class _FakeCompaction:
 
 def _topic(name: str, *, threshold=None, own=None, size=1000, entries=10, compaction_backlog=None, persistent=True,
            running=False, fail=False):
-    cursors = {} if compaction_backlog is None else {
-        COMPACTION_CURSOR: SimpleNamespace(backlog_entries=lambda: compaction_backlog)}
     return SimpleNamespace(
-        name=name, topic_name=SimpleNamespace(persistent=persistent), state=TopicState.ACTIVE,
+        name=name, topic_name=SimpleNamespace(persistent=persistent), serving=True,
         policies=Policies(compaction_threshold=threshold), own_topic_policies=own,
-        ml=SimpleNamespace(cursors=cursors, total_size=size, number_of_entries=entries),
-        compaction=_FakeCompaction(running, fail))
+        ml=SimpleNamespace(total_size=size, number_of_entries=entries),
+        compaction=_FakeCompaction(running, fail, compaction_backlog))
 
 
 async def test_one_monitor_pass_triggers_only_the_topics_over_their_threshold() -> None:

@@ -23,12 +23,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
-from ..topics.compaction.logic import COMPACTION_CURSOR
 from .periodic import PeriodicCheck
-from ..topics.topic import TopicState
 
 if TYPE_CHECKING:
-    from ..topics.topic import Topic
+    from .subjects import PolicyTopic as Topic
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +59,8 @@ def should_compact(*, threshold_bytes: int, uncompacted_size_bytes: int, running
 def topic_uncompacted_bytes(topic: "Topic") -> int:
     """:func:`uncompacted_bytes` of a loaded topic."""
     ml = topic.ml
-    cursor = ml.cursors.get(COMPACTION_CURSOR)
     return uncompacted_bytes(total_size_bytes=ml.total_size, number_of_entries=ml.number_of_entries,
-                             compaction_backlog_entries=None if cursor is None else cursor.backlog_entries())
+                             compaction_backlog_entries=topic.compaction.backlog_entries())
 
 
 class CompactionMonitor(PeriodicCheck):
@@ -89,7 +86,7 @@ class CompactionMonitor(PeriodicCheck):
         for topic in list(self._topics()):
             if self.stopping:
                 break
-            if not getattr(topic.topic_name, "persistent", False) or topic.state is not TopicState.ACTIVE:
+            if not getattr(topic.topic_name, "persistent", False) or not topic.serving:
                 continue
             try:
                 threshold = effective_threshold(topic.policies, getattr(topic, "own_topic_policies", None))

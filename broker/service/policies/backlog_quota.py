@@ -38,13 +38,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 from broker.managed_ledger.api import Position
 from config_store.models import BACKLOG_QUOTA_POLICIES, BacklogQuota
 
-from ..topics.entries import publish_time_of
 from ..errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
 from .periodic import PeriodicCheck
 
 if TYPE_CHECKING:
-    from ..topics.subscription import Subscription
-    from ..topics.topic import Topic
+    from .subjects import PolicySubscription as Subscription, PolicyTopic as Topic
 
 log = logging.getLogger("broker.service.policies.backlog_quota")
 
@@ -158,9 +156,10 @@ class TopicBacklogQuota:
     policy change applies at the next check without any notification.
     """
 
-    def __init__(self, topic: "Topic", defaults: QuotaDefaults) -> None:
+    def __init__(self, topic: "Topic", defaults: QuotaDefaults, *, publish_time_of: Callable[[bytes], int]) -> None:
         self.topic = topic
         self.defaults = defaults
+        self._publish_time_of = publish_time_of  # an entry's publish time (ms), read from its metadata
         self.evictions = {QuotaType.SIZE: 0, QuotaType.AGE: 0}
         self._oldest: Optional[OldestBacklog] = None
         self._exceeded: set[QuotaType] = set()  # for logging transitions only
@@ -197,7 +196,7 @@ class TopicBacklogQuota:
                 cached = self._oldest = OldestBacklog(position, cached.publish_time_ms, sub.name)
             return cached
         entry = await ml.read_entry(position)
-        self._oldest = OldestBacklog(position, publish_time_of(entry.data), sub.name)
+        self._oldest = OldestBacklog(position, self._publish_time_of(entry.data), sub.name)
         return self._oldest
 
     async def oldest_age_s(self) -> Optional[float]:

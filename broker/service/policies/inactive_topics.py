@@ -37,10 +37,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
 from .periodic import PeriodicCheck
-from ..topics.topic import TopicState
 
 if TYPE_CHECKING:
-    from ..topics.topic import Topic
+    from .subjects import PolicyTopic as Topic
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +109,7 @@ class InactiveTopicMonitor(PeriodicCheck):
         """One pass over the loaded persistent topics; returns the names deleted."""
         now = self.clock_s()
         loaded = [t for t in self._topics() if getattr(t.topic_name, "persistent", False)
-                  and t.state is TopicState.ACTIVE]
+                  and t.serving]
         names = {t.name for t in loaded}
         for name in [n for n in self._last_active if n not in names]:
             del self._last_active[name]  # unloaded or deleted: counted afresh when loaded again

@@ -32,7 +32,7 @@ from .rate_limit import RateLimiter
 if TYPE_CHECKING:
     from config_store.models import DispatchRate, PublishRate
 
-    from ..session.connection import Connection
+    from .subjects import ReadPauser
 
 log = logging.getLogger("broker.service.policies.throttle")
 # Pulsar's SubscriptionStats names for dispatch throttling events, by limit and dimension
@@ -52,7 +52,7 @@ class TopicRateLimits:
         self._topic_dispatch_rate: Optional["DispatchRate"] = None
         self._subscription_rate: Optional["DispatchRate"] = None
         self._subscriptions: dict[str, RateLimiter] = {}
-        self._paused: set["Connection"] = set()
+        self._paused: set["ReadPauser"] = set()
         self._timer: Optional[asyncio.TimerHandle] = None
         self.publish_rate_limited_times = 0  # since the last stats window (Pulsar's publishRateLimitedTimes)
         self.publish_rate_limited_total = 0  # since the topic loaded

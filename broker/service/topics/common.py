@@ -30,6 +30,11 @@ class TopicCommon(ProducerAccess):
         task.add_done_callback(self._tasks.discard)
         return task
 
+    @property
+    def serving(self) -> bool:
+        """Loaded and active: not closing, closed or deleted."""
+        return self.state is TopicState.ACTIVE
+
     def check_active(self) -> None:
         if self.state is not TopicState.ACTIVE:
             raise topic_not_ready(self.name, self.state.value)

@@ -97,6 +97,12 @@ class TopicCompaction:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def backlog_entries(self) -> Optional[int]:
+        """Entries written since the last compaction (the ``__compaction`` cursor's backlog); None when no
+        compaction ever ran (the automatic-compaction policy then counts the whole topic)."""
+        cursor = self.topic.ml.cursors.get(COMPACTION_CURSOR)
+        return None if cursor is None else cursor.backlog_entries()
+
     def trigger(self) -> None:
         """Starts a compaction; CompactionInProgressError if one is running."""
         if self._closed:
