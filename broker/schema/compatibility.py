@@ -13,6 +13,11 @@ Theory of operation, following Pulsar's ``SchemaRegistryServiceImpl`` and its pe
   ("Incompatible schema: exists schema type JSON, new schema type STRING"). AVRO and JSON are then checked by
   Avro's schema resolution rules (``avro.compatibility.ReaderWriterCompatibilityChecker``): BACKWARD = the
   new schema can read what the old wrote; FORWARD = the old can read what the new writes; FULL = both.
+  Record names take no part: Pulsar checks with Java Avro's resolver (``ValidateMutualRead`` over
+  ``Resolver``), which matches records by their fields and compares names only for enums and fixed (their
+  unqualified names), while the Python checker would refuse ``User2`` reading ``User``. (The Avro
+  specification's "Schema Resolution" lists a record name match too; Java Avro leaves it out to keep its
+  older behaviour, and Pulsar's answers are the ones clients meet.)
   JSON definitions in the pre-Avro Jackson format are accepted against Avro ones either way, and checked by
   their ``id`` against each other, as Pulsar does. Every other type (STRING, primitives, PROTOBUF,
   KEY_VALUE, ...) is compatible with itself under every strategy but ALWAYS_INCOMPATIBLE.
@@ -29,7 +34,7 @@ from typing import Optional, Sequence
 
 import avro.errors
 import avro.schema
-from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityResult, SchemaCompatibilityType
 
 from .errors import IncompatibleSchemaError, InvalidSchemaDataError
 from .types import AVRO_BASED_TYPES, PRIMITIVE_TYPES, STORABLE_TYPES, SchemaData, Strategy
@@ -156,6 +161,17 @@ def _check_avro_based(version: int, stored: SchemaData, schema: SchemaData, stra
     # Otherwise one side is Avro and the other legacy JSON (accepted, as Pulsar), or the stored one is corrupt.
 
 
+class _ResolutionChecker(ReaderWriterCompatibilityChecker):
+    """Avro's reader/writer checker with records matched by their fields whatever their names, as Java Avro's
+    ``Resolver`` (what Pulsar checks with) does; enums and fixed keep the name check."""
+
+    def calculate_compatibility(self, reader: avro.schema.Schema, writer: avro.schema.Schema,
+                                location: list[str]) -> SchemaCompatibilityResult:
+        if reader.type == writer.type == "record":
+            return self.check_reader_writer_record_fields(reader, writer, location)
+        return super().calculate_compatibility(reader, writer, location)
+
+
 def _check_avro(version: int, old: avro.schema.Schema, new: avro.schema.Schema, strategy: Strategy) -> None:
     directions = []
     if strategy in _BACKWARD or strategy in _FULL:
@@ -163,7 +179,7 @@ def _check_avro(version: int, old: avro.schema.Schema, new: avro.schema.Schema, 
     if strategy in _FORWARD or strategy in _FULL:
         directions.append(("data written with the new schema cannot be read by", old, new))
     for what, reader, writer in directions:
-        result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+        result = _ResolutionChecker().get_compatibility(reader, writer)
         if result.compatibility is SchemaCompatibilityType.incompatible:
             reasons = ", ".join(sorted(i.value for i in result.incompatibilities)) or "incompatible"
             details = "; ".join(sorted(result.messages))

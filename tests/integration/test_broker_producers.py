@@ -99,14 +99,67 @@ def test_exclusive_producer_refuses_others(broker, new_client):
     topic = unique_topic()
     c1, c2 = new_client(), new_client()
     p1 = c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
-    with pytest.raises(pulsar.ProducerBusy):
+    with pytest.raises(pulsar.ProducerBusy):  # a Shared one meeting an exclusive holder: busy, as Pulsar
         c2.create_producer(topic)
-    with pytest.raises(pulsar.ProducerBusy):
+    with pytest.raises(pulsar.ProducerFenced):  # a second Exclusive one: fenced, as Pulsar (not retried)
         c2.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
     p1.send(b"still mine")
+    assert [p["producerName"] for p in broker.stats(topic)["publishers"]] == [p1.producer_name()]
     p1.close()
-    c2.create_producer(topic).send(b"shared again")
+    shared = c2.create_producer(topic)
+    shared.send(b"shared again")
+    with pytest.raises(pulsar.ProducerFenced):  # Exclusive meeting Shared producers: fenced too
+        c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    assert [p["producerName"] for p in broker.stats(topic)["publishers"]] == [shared.producer_name()]
     assert broker.stats(topic)["topicEpoch"] == 1
+
+
+def _create_in_thread(client, topic, **kwargs):
+    """Starts ``client.create_producer`` in a thread (it blocks while queued); returns (thread, outcome), the
+    outcome holding the producer under "p" or the exception under "error" once the thread ends."""
+    outcome = {}
+
+    def create():
+        try:
+            outcome["p"] = client.create_producer(topic, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    t = threading.Thread(target=create, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def test_a_waiting_exclusive_producer_keeps_newcomers_out(broker, new_client):
+    topic = unique_topic()
+    c1, c2, c3 = new_client(), new_client(), new_client()
+    shared = c1.create_producer(topic)
+    t, waiting = _create_in_thread(c2, topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+    wait_for(lambda: broker.stats(topic)["waitingPublishers"] == 1, 10, what="WaitForExclusive queued")
+    with pytest.raises(pulsar.ProducerBusy):  # Pulsar refuses Shared while an exclusive one waits
+        c3.create_producer(topic)
+    with pytest.raises(pulsar.ProducerFenced):
+        c3.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    shared.close()
+    t.join(15)
+    assert not t.is_alive() and "error" not in waiting, waiting
+    waiting["p"].send(b"mine now")
+    assert [p["producerName"] for p in broker.stats(topic)["publishers"]] == [waiting["p"].producer_name()]
+
+
+def test_exclusive_with_fencing_fails_the_waiting_producers(broker, new_client):
+    topic = unique_topic()
+    c1, c2, c3 = new_client(), new_client(), new_client()
+    c1.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    t, waiting = _create_in_thread(c2, topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+    wait_for(lambda: broker.stats(topic)["waitingPublishers"] == 1, 10, what="WaitForExclusive queued")
+    fencer = c3.create_producer(topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    t.join(15)
+    assert not t.is_alive() and isinstance(waiting.get("error"), pulsar.ProducerFenced), waiting
+    fencer.send(b"only me")
+    stats = broker.stats(topic)
+    assert stats["waitingPublishers"] == 0 and stats["topicEpoch"] == 2
+    assert [p["producerName"] for p in stats["publishers"]] == [fencer.producer_name()]
 
 
 def test_exclusive_with_fencing_fences_the_holder(broker, new_client):

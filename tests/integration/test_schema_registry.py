@@ -11,6 +11,7 @@ topic-level policies (a topic's own strategy and validation flag over its namesp
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import subprocess
 import urllib.error
@@ -20,7 +21,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+from pulsar.schema import AvroSchema, CustomEnum, Integer, JsonSchema, Record, String, StringSchema
 
 from broker.schema import encode_version
 from broker.service.session.schema_commands import registry_of
@@ -265,6 +266,43 @@ def test_avro_records_evolve_under_backward(broker) -> None:
             client.create_producer(topic, schema=JsonSchema(User))
         with pytest.raises(pulsar.IncompatibleSchema):  # a consumer that cannot read version 1
             client.subscribe(topic, "s2", schema=AvroSchema(user_with_text_age()))
+    finally:
+        client.close()
+
+
+class Person(Record):  # User's fields under another record name
+    name = String()
+    age = Integer()
+
+
+def with_enum(enum_name: str):
+    """A record whose field is an enum named ``enum_name``, always with the same symbols."""
+    symbols = enum.Enum(enum_name, ["RED", "GREEN"])
+
+    class Paint(Record):
+        colour = CustomEnum(symbols)
+    return Paint
+
+
+@pytest.mark.parametrize("storage", ["memory"])
+@pytest.mark.parametrize("broker", [_ns(schema_compatibility_strategy=s) for s in ("BACKWARD", "FORWARD", "FULL")],
+                         indirect=True, ids=["BACKWARD", "FORWARD", "FULL"])
+@pytest.mark.parametrize("schema_type", [AvroSchema, JsonSchema])
+def test_a_record_renamed_with_the_same_fields_is_compatible(broker, schema_type) -> None:
+    """Pulsar matches records by their fields, not their names (Java Avro's resolver); enum names still count."""
+    client, topic = _client(broker), _topic()
+    try:
+        consumer = client.subscribe(topic, "s", schema=schema_type(User))  # version 0
+        renamed = client.create_producer(topic, schema=schema_type(Person))  # version 1, not IncompatibleSchema
+        renamed.send(Person(name="ada", age=3))
+        value, version = receive_version(consumer)
+        assert (value.name, value.age, version) == ("ada", 3, encode_version(1))
+        client.create_producer(topic, schema=schema_type(User)).close()  # back to version 0: still identical
+
+        other = _topic()
+        client.create_producer(other, schema=schema_type(with_enum("Colour"))).close()
+        with pytest.raises(pulsar.IncompatibleSchema):  # the same symbols under another enum name
+            client.create_producer(other, schema=schema_type(with_enum("Color")))
     finally:
         client.close()
 

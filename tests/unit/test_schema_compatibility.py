@@ -135,6 +135,58 @@ def test_transitive_strategies_check_every_live_version() -> None:
         check_producer(hist(v0, v1), v2, Strategy.BACKWARD_TRANSITIVE)
 
 
+ALL_CHECKED = [Strategy.BACKWARD, Strategy.FORWARD, Strategy.FULL, Strategy.BACKWARD_TRANSITIVE,
+               Strategy.FORWARD_TRANSITIVE, Strategy.FULL_TRANSITIVE]
+
+
+@pytest.mark.parametrize("kind", ["AVRO", "JSON"])
+@pytest.mark.parametrize("strategy", ALL_CHECKED)
+def test_record_names_take_no_part_in_resolution(kind: str, strategy: Strategy) -> None:
+    """As Pulsar (Java Avro's Resolver): a record is matched by its fields, not its name or namespace."""
+    fields = (opt("name"), opt("age", "int"))
+    old = SchemaData(kind, record(*fields, name="User"))
+    renamed = SchemaData(kind, json.dumps({"type": "record", "name": "User2", "namespace": "other",
+                                           "fields": list(fields)}).encode())
+    check_producer(hist(old), renamed, strategy)
+    check_producer(hist(old, renamed), old, strategy)
+    check_consumer(hist(old), renamed, strategy)
+
+
+def nested(outer: str, inner: str, *extra: dict) -> SchemaData:
+    """A record ``outer`` whose field "home" is a record ``inner`` with "city" and ``extra`` fields."""
+    return SchemaData("AVRO", record(
+        {"name": "home", "type": {"type": "record", "name": inner, "fields": [opt("city"), *extra]}}, name=outer))
+
+
+def test_a_renamed_record_is_still_checked_field_by_field() -> None:
+    old = SchemaData("AVRO", record(opt("name"), name="User"))
+    check_producer(hist(nested("User", "Address")), nested("Person", "Place"), Strategy.FULL)
+    with pytest.raises(IncompatibleSchemaError, match="reader_field_missing_default_value"):
+        check_producer(hist(nested("User", "Address")), nested("Person", "Place", opt("zip")), Strategy.BACKWARD)
+    with pytest.raises(IncompatibleSchemaError, match="reader_field_missing_default_value"):
+        check_producer(hist(old), SchemaData("AVRO", record(opt("name"), opt("age"), name="User2")),
+                       Strategy.BACKWARD)
+
+
+def named(kind: str, name: str, namespace: str = "", **extra) -> SchemaData:
+    definition = {"type": kind, "name": name, **({"namespace": namespace} if namespace else {}), **extra}
+    return SchemaData("AVRO", record({"name": "f", "type": definition}))
+
+
+@pytest.mark.parametrize("strategy", [Strategy.BACKWARD, Strategy.FORWARD, Strategy.FULL])
+@pytest.mark.parametrize("kind, extra", [("enum", {"symbols": ["A", "B"]}), ("fixed", {"size": 4})])
+def test_enum_and_fixed_names_are_still_compared(strategy: Strategy, kind: str, extra: dict) -> None:
+    with pytest.raises(IncompatibleSchemaError, match="name_mismatch"):
+        check_producer(hist(named(kind, "Colour", **extra)), named(kind, "Color", **extra), strategy)
+    # Unqualified names are compared (the specification's and Java Avro's rule): a namespace alone may change.
+    check_producer(hist(named(kind, "Colour", "a", **extra)), named(kind, "Colour", "b", **extra), strategy)
+
+
+def test_fixed_sizes_are_still_compared() -> None:
+    with pytest.raises(IncompatibleSchemaError, match="fixed_size_mismatch"):
+        check_producer(hist(named("fixed", "Id", size=4)), named("fixed", "Id", size=8), Strategy.FULL)
+
+
 def test_a_type_change_is_refused_naming_both_types() -> None:
     with pytest.raises(IncompatibleSchemaError, match="exists schema type JSON .*new schema type STRING"):
         check_producer(hist(V1), SchemaData("STRING", b"null"), Strategy.FULL)

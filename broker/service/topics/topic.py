@@ -4,11 +4,12 @@ subscriptions (durable ones recovered from the ledger's cursors, non-durable one
 States: ACTIVE → CLOSING → CLOSED (unload) or DELETED. Anything but ACTIVE refuses producers, consumers
 and SENDs with ServiceNotReady, which pulsar-client answers with a fresh lookup and a retry.
 
-Producer access modes (``ProducerAccessMode``): Shared producers coexist unless an exclusive one holds the
-topic (ProducerBusy). Exclusive takes the topic only when no other producer is connected (ProducerBusy
-otherwise); ExclusiveWithFencing closes every other producer and takes it; WaitForExclusive is answered
-``producer_ready=false`` and queued until the topic is free. Each new exclusive holder increments the
-*topic epoch*; a producer reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
+Producer access modes (``ProducerAccessMode``, rules in ``producer_access.py``): Shared producers coexist
+unless an exclusive one holds or awaits the topic (ProducerBusy). Exclusive takes the topic only when no other
+producer is connected or waiting (ProducerFenced otherwise, as Pulsar); ExclusiveWithFencing fails the waiting
+ones, closes every other producer and takes it; WaitForExclusive is answered ``producer_ready=false`` and
+queued until the topic is free. Each new exclusive holder increments the *topic epoch*; a producer
+reconnecting with an older epoch than the topic's is fenced (ProducerFenced).
 The epoch is stored in the managed ledger's properties (``pulsar.topic.epoch``, as Pulsar does) before the
 exclusive producer is admitted, and read when the topic is loaded, so a fenced producer stays fenced after
 an unload or a failover.
