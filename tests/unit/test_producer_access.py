@@ -13,8 +13,8 @@ from typing import Optional
 import pytest
 
 from broker.service.errors import ProducerBusyError, ProducerFencedError
-from broker.service.producer import AccessMode, Producer
-from broker.service.producer_access import ProducerAccess
+from broker.service.session.producer import AccessMode, Producer
+from broker.service.topics.producer_access import ProducerAccess
 
 
 class Host(ProducerAccess):
