@@ -31,6 +31,8 @@ class ServiceConfig:
         stats_update_interval_s: how often rates (msg/s, bytes/s) are recomputed.
         subscription_ack_flush_interval_s: cursor state is flushed at least this often by the service
             (the managed ledger may persist more often).
+        reader_seek_reconnect_grace_s: a reader (non-durable) subscription whose consumers a seek disconnected
+            is kept this long, at its new position, for them to reconnect to (``Subscription.reset``).
         require_namespace: refuse topics whose namespace is absent from the configuration store.
         deduplication_enabled: the broker-wide default for namespaces whose policy leaves it unset.
         delayed_delivery_enabled: hold messages whose ``deliver_at_time`` is in the future on Shared and
@@ -83,6 +85,7 @@ class ServiceConfig:
     dedup_recent_positions_max: int = 10_000
     stats_update_interval_s: float = 10.0
     subscription_ack_flush_interval_s: float = 1.0
+    reader_seek_reconnect_grace_s: float = 60.0
     require_namespace: bool = True
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True

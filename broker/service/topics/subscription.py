@@ -18,6 +18,13 @@ crash).
 Seek (``reset``) and unsubscribe (``delete``) run under ``_op_lock``, like ``add_consumer``: a consumer
 reconnecting after a seek waits for the reset to finish instead of reading from the old position.
 
+A reader's (non-durable) subscription goes away with its last consumer, except when a seek disconnects
+them: pulsar-client resubscribes after a seek by publish time *without* a start message id, so only the
+broker knows where the reader is to go on. As Pulsar keeps the reset cursor for the reconnecting reader
+(its start id is then ignored), the subscription stays at its new position for
+``reader_seek_reconnect_grace_s``, then is removed if unclaimed. A failed seek removes it at once (the
+client then resubscribes from what it last received, as before the seek).
+
 Replicated subscriptions (``replicate_subscription_state``) keep the snapshots their dispatcher reads in a
 cache made by the topic's replicated-subscriptions controller; whenever the mark-delete position moves
 (ack worker, skip/expire, seek) the newest snapshot it passed goes to the controller, which writes the
@@ -113,6 +120,8 @@ class Subscription:
         self.last_expire_ms = 0
         self.last_md_advanced_ms = 0
         self._snapshots: Optional[SnapshotCacheHook] = None
+        self._resetting = False  # a seek is disconnecting the consumers: a reader subscription stays
+        self._reconnect_timer: Optional[asyncio.TimerHandle] = None  # a reset reader awaits its consumers
         self.log_prefix = f"[{topic.name}][{name}]"
 
     def log_debug(self, text: str) -> None:
@@ -140,6 +149,7 @@ class Subscription:
             if not current and (self.dispatcher is None or self.sub_type != consumer.sub_type):
                 await self._replace_dispatcher(consumer)
             self.dispatcher.add_consumer(consumer)
+            self._cancel_reconnect_timer()
             self._ensure_ack_worker()
 
     async def _replace_dispatcher(self, consumer: Consumer) -> None:
@@ -163,10 +173,21 @@ class Subscription:
             self._removed_msg_out += consumer.msg_out.total
             self._removed_bytes_out += consumer.bytes_out.total
             self.dispatcher.remove_consumer(consumer)
+        if not self._resetting:
+            self._drop_if_unused_reader()
+
+    def _drop_if_unused_reader(self) -> None:
+        """A non-durable subscription without consumers is removed (its cursor goes with it)."""
+        self._cancel_reconnect_timer()
         if not self.durable and not self.consumers and not self.closed:
             self.topic.forget_subscription(self)
             self.closed = True
             self.topic.spawn(self._close_quietly(), f"close reader subscription {self.log_prefix}")
+
+    def _cancel_reconnect_timer(self) -> None:
+        if self._reconnect_timer is not None:
+            self._reconnect_timer.cancel()
+            self._reconnect_timer = None
 
     async def _close_quietly(self) -> None:
         try:
@@ -442,11 +463,23 @@ class Subscription:
     # --------------------------------------------------------------------------------- admin operations
 
     async def reset(self, position: Position) -> None:
-        """Seek: disconnects every consumer (they reconnect), then resets the cursor to ``position``."""
+        """Seek: disconnects every consumer (they reconnect), then resets the cursor to ``position``. A reader
+        subscription is kept for its consumers to come back to (module docstring)."""
         async with self._op_lock:
-            self.disconnect_consumers()
-            await self.drain_acks()
-            await shielded(self.cursor.reset(position))
+            self._resetting = True
+            try:
+                self.disconnect_consumers()
+                await self.drain_acks()
+                await shielded(self.cursor.reset(position))
+            except BaseException:
+                self._resetting = False
+                self._drop_if_unused_reader()
+                raise
+            self._resetting = False
+            self._cancel_reconnect_timer()
+            if not self.durable and not self.consumers and not self.closed:
+                self._reconnect_timer = asyncio.get_running_loop().call_later(
+                    self.config.reader_seek_reconnect_grace_s, self._drop_if_unused_reader)
             self._queued_acks.clear()
             self._queued_md = None
             self.redelivery_counts.clear()
@@ -501,6 +534,7 @@ class Subscription:
         await self._shutdown(flush=self.durable)
 
     async def _shutdown(self, *, flush: bool = False) -> None:
+        self._cancel_reconnect_timer()
         if self.dispatcher is not None:
             await self.dispatcher.close()
         try:
