@@ -11,6 +11,8 @@ from typing import Awaitable, NamedTuple, Optional
 
 from magnetar.proto import bookie_pb2
 
+from .errors import BookieError
+
 S = bookie_pb2.Status
 OK, INVALID, FENCED, READ_ONLY = S.OK, S.INVALID_ARGUMENT, S.FENCED, S.READ_ONLY
 NO_SUCH_ENTRY, NO_SUCH_LEDGER, CONFLICT, TOO_LARGE = S.NO_SUCH_ENTRY, S.NO_SUCH_LEDGER, S.ENTRY_CONFLICT, S.TOO_LARGE
@@ -42,12 +44,13 @@ class AddTicket:
         self.nbytes = nbytes
 
 
-class Refused(Exception):
-    """The whole request is refused with ``answer``; nothing of it may be stored."""
+class Refused(BookieError):
+    """The whole request is refused with ``answer`` (its status is ``status``); nothing of it may be stored."""
 
     def __init__(self, answer: AddAnswer) -> None:
         super().__init__(answer[1])
         self.answer = answer
+        self.status = answer[0]
 
 
 class ValidatedAdd(NamedTuple):

@@ -26,6 +26,8 @@ from typing import BinaryIO, Iterator, NamedTuple, Optional
 
 import crc32c as _crc32c
 
+from .errors import CorruptRecordError
+
 _crc = _crc32c.crc32c
 
 FILE_HEADER = struct.Struct("<4sHHQ")  # magic, version, reserved, file id
@@ -59,12 +61,9 @@ class RecordType(enum.IntEnum):
     PAD = 4  # body: zeros; fills a direct-I/O write up to a block boundary, skipped at replay
 
 
-class CorruptRecord(Exception):
-    """A record failed its length or CRC check (``truncated``: the file ended inside it)."""
-
-    def __init__(self, reason: str, *, truncated: bool = False) -> None:
-        super().__init__(reason)
-        self.truncated = truncated
+# A record failed its length or CRC check (``truncated``: the file ended inside it); the codec's name for the
+# bookie's CorruptRecordError (one class: what a reader finds corrupt is what the bookie reports).
+CorruptRecord = CorruptRecordError
 
 
 # -- file header --------------------------------------------------------------------------------------

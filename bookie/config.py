@@ -1,17 +1,16 @@
 """A bookie's settings: one typed, documented dataclass, loaded from TOML.
 
 Units are the last word of every name (``_ms``, ``_bytes``). Unknown keys are an error (a typo must not
-silently fall back to a default); missing keys take the defaults below.
+silently fall back to a default); missing keys take the defaults below. Loading is
+:mod:`magnetar.config`'s, shared by every process kind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
-import tomllib
 from dataclasses import dataclass
-from typing import Any, Mapping
 
+from magnetar.config import TomlSettings
 from magnetar.errors import ConfigError
 
 _MiB = 1024 * 1024
@@ -19,7 +18,7 @@ _GiB = 1024 * _MiB
 
 
 @dataclass(frozen=True)
-class BookieConfig:
+class BookieConfig(TomlSettings):
     """Settings of one storage node.
 
     Attributes:
@@ -52,6 +51,8 @@ class BookieConfig:
         read_threads: threads serving catch-up reads from entry logs.
         shutdown_grace_ms: on SIGTERM, how long in-flight requests may take to finish.
     """
+
+    kind = "bookie"  # names it in error messages (not a setting: no annotation)
 
     data_dir: pathlib.Path
     bookie_id: str = ""
@@ -99,42 +100,6 @@ class BookieConfig:
         """The configured id, or ``advertised_host:port`` (with the bound port when ``port`` was 0)."""
         return self.bookie_id or f"{self.advertised_host}:{port}"
 
-    # -- loading ---------------------------------------------------------------------------------------
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> "BookieConfig":
-        """Builds a config from parsed TOML (or a dict), checking names and types."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ConfigError(f"{source}: unknown bookie setting(s) {', '.join(unknown)}")
-        if "data_dir" not in values:
-            raise ConfigError(f"{source}: data_dir is required")
-        kwargs: dict[str, Any] = {}
-        for name, value in values.items():
-            kwargs[name] = _check_type(name, fields[name].type, value, source)
-        try:
-            return cls(**kwargs)
-        except ConfigError as err:
-            raise ConfigError(f"{source}: {err}") from None
-
-    @classmethod
-    def load(cls, path: pathlib.Path) -> "BookieConfig":
-        """Reads a TOML file; a relative ``data_dir`` is taken relative to the file's folder."""
-        path = pathlib.Path(path)
-        try:
-            with open(path, "rb") as f:
-                values = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML: {err}") from None
-        if "data_dir" in values and isinstance(values["data_dir"], str):
-            data_dir = pathlib.Path(values["data_dir"])
-            if not data_dir.is_absolute():
-                values["data_dir"] = str(path.parent / data_dir)
-        return cls.from_mapping(values, source=str(path))
-
     def validate(self) -> None:
         """Raises ConfigError naming the first inconsistent setting."""
         for name in ("port", "http_port"):
@@ -175,11 +140,3 @@ class BookieConfig:
         if str(self.data_dir) == "":
             raise ConfigError("data_dir must not be empty")
 
-
-def _check_type(name: str, annotation: Any, value: Any, source: str) -> Any:
-    expected = {"int": int, "bool": bool, "str": str, "float": float, "pathlib.Path": str}[str(annotation)]
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if expected is int and isinstance(value, bool) or not isinstance(value, expected):
-        raise ConfigError(f"{source}: {name} must be a {expected.__name__}, not {value!r}")
-    return value

@@ -78,7 +78,15 @@ class BookieUnavailableError(BookieError):
 
 
 class CorruptRecordError(BookieInternalError):
-    """A stored record failed its length or CRC32C check; it is never returned as data."""
+    """A stored record failed its length or CRC32C check; it is never returned as data.
+
+    ``truncated``: the file ended inside the record (a torn tail after a crash, which the journal cuts off)
+    rather than holding wrong bytes. ``bookie.codec`` raises it as ``CorruptRecord``.
+    """
+
+    def __init__(self, reason: str, *, truncated: bool = False) -> None:
+        super().__init__(reason)
+        self.truncated = truncated
 
 
 _BY_STATUS: dict[int, type[BookieError]] = {

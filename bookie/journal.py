@@ -32,6 +32,7 @@ import time
 from typing import Iterator, NamedTuple, Optional
 
 from . import codec
+from .errors import BookieUnavailableError
 from .directio import BlockAppender, open_for_append
 
 log = logging.getLogger("bookie.journal")
@@ -62,8 +63,8 @@ class _Item:
         self.future = future
 
 
-class JournalClosedError(Exception):
-    """The journal no longer accepts records (closing or closed)."""
+class JournalClosedError(BookieUnavailableError):
+    """The journal no longer accepts records (closing or closed): the bookie is shutting down."""
 
 
 def journal_path(directory: pathlib.Path, file_id: int) -> pathlib.Path:

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 import magnetar
 from magnetar.proto import bookie_pb2
 
+from .errors import InvalidRequestError
 from .journal import JournalClosedError
 from .metrics import BookieMetrics
 from .adds import INTERNAL, INVALID, OK_ANSWER, UNAVAILABLE, AddTicket
@@ -45,7 +46,7 @@ def _settled(ticket: AddTicket) -> bool:
 READ_IDS_MAX = 1_000_000
 
 
-class _Invalid(Exception):
+class _Invalid(InvalidRequestError):
     """A request that cannot be served as asked (answered INVALID_ARGUMENT)."""
 
 

@@ -3,20 +3,18 @@
 Units are the last word of every name (``_ms``, ``_bytes``). Unknown keys are an error (a typo must not
 silently fall back to a default); missing keys take the defaults below. Settings named after Pulsar's
 ``broker.conf`` keep Pulsar's meaning (``managedLedgerDefaultEnsembleSize`` is
-``managed_ledger_ensemble_size`` here).
+``managed_ledger_ensemble_size`` here). Loading is :mod:`magnetar.config`'s, shared by every process kind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import re
-import tomllib
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
+from magnetar.config import TomlSettings
 from magnetar.errors import ConfigError
 
 _MiB = 1024 * 1024
@@ -31,7 +29,7 @@ _RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, lo
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(TomlSettings):
     """Settings of one broker.
 
     Attributes:
@@ -132,6 +130,8 @@ class BrokerConfig:
             each resource counts in a broker's score (placement and shedding; see broker/load_balance.py).
     """
 
+    kind = "broker"  # names it in error messages (not a setting: no annotation)
+
     data_dir: pathlib.Path
     zookeeper: str
     configuration_store: str = ""
@@ -221,44 +221,6 @@ class BrokerConfig:
     def effective_broker_id(self, http_port: int) -> str:
         """The configured id, or ``advertised_host:http_port`` (Pulsar's lookup service address)."""
         return self.broker_id or f"{self.advertised_host}:{http_port}"
-
-    # -- loading ---------------------------------------------------------------------------------------
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> "BrokerConfig":
-        """Builds a config from parsed TOML (or a dict), checking names and types."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ConfigError(f"{source}: unknown broker setting(s) {', '.join(unknown)} "
-                              f"(known: {', '.join(sorted(fields))})")
-        for required in ("data_dir", "zookeeper"):
-            if required not in values:
-                raise ConfigError(f"{source}: {required} is required")
-        kwargs = {name: _check_type(name, fields[name].type, value, source) for name, value in values.items()}
-        try:
-            return cls(**kwargs)
-        except ConfigError as err:
-            raise ConfigError(f"{source}: {err}") from None
-
-    @classmethod
-    def load(cls, path: pathlib.Path | str) -> "BrokerConfig":
-        """Reads a TOML file; a relative ``data_dir`` is taken relative to the file's folder."""
-        path = pathlib.Path(path)
-        try:
-            with open(path, "rb") as f:
-                values = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such file") from None
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML: {err}") from None
-        if isinstance(values.get("data_dir"), str):
-            data_dir = pathlib.Path(values["data_dir"])
-            if not data_dir.is_absolute():
-                values["data_dir"] = str(path.parent / data_dir)
-        return cls.from_mapping(values, source=str(path))
 
     def validate(self) -> None:
         """Raises ConfigError naming the first inconsistent setting."""
@@ -364,15 +326,3 @@ class BrokerConfig:
             raise ConfigError(f"load_balancer_history_resource_percentage must be in [0, 1), "
                               f"not {self.load_balancer_history_resource_percentage}")
 
-
-def _check_type(name: str, annotation: Any, value: Any, source: str) -> Any:
-    expected = {"int": int, "bool": bool, "str": str, "float": float, "pathlib.Path": str}[str(annotation)]
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if (expected is int and isinstance(value, bool)) or not isinstance(value, expected):
-        raise ConfigError(f"{source}: {name} must be {_article(expected)}, not {value!r}")
-    return value
-
-
-def _article(t: type) -> str:
-    return {int: "an integer", bool: "true or false", str: "a string", float: "a number"}[t]

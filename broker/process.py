@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry
 from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, MetadataStore, NodeExistsError,
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad
+from magnetar.config import derive
 from magnetar.errors import MagnetarError
 from observability.runtime import RuntimeMetrics, tune_runtime
 from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
@@ -52,6 +53,15 @@ from .ownership import BundleOwnership
 log = logging.getLogger("broker.process")
 
 _UNLOAD_CONCURRENCY = 32
+
+# The settings of inner rooms are derived from broker.toml's by magnetar.config.derive: a field takes the
+# broker setting of the same name (after the prefix given there; ``_ms`` converted to ``_s`` and back), so a
+# setting added to both flows with no code here. Only the names that differ are listed.
+_SERVICE_RENAMES = {"host": "bind_host", "advertised_address": "advertised_host"}
+_QUORUM_RENAMES = {"write_quorum_size": "managed_ledger_write_quorum", "ack_quorum_size": "managed_ledger_ack_quorum"}
+_MANAGED_LEDGER_RENAMES = {**_QUORUM_RENAMES, "max_size_per_ledger_bytes": "managed_ledger_max_ledger_size_bytes"}
+_REPLICATION_RENAMES = {"snapshot_interval_s": "replicated_subscriptions_snapshot_interval_ms",
+                        "snapshot_timeout_s": "replicated_subscriptions_snapshot_timeout_ms"}
 
 
 class BrokerError(MagnetarError):
@@ -148,47 +158,19 @@ class BrokerProcess:
 
         c = self.config
         region = RegionStore(self.local_store)
-        self.ledger_client = LedgerClient(region, config=LedgerClientConfig(
-            ensemble_size=c.managed_ledger_ensemble_size, write_quorum_size=c.managed_ledger_write_quorum,
-            ack_quorum_size=c.managed_ledger_ack_quorum))
+        self.ledger_client = LedgerClient(region, config=derive(
+            LedgerClientConfig, c, prefix="managed_ledger_", renames=_QUORUM_RENAMES))
         await self.ledger_client.start()
-        self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.local_store, config=ManagedLedgerConfig(
-            ensemble_size=c.managed_ledger_ensemble_size, write_quorum_size=c.managed_ledger_write_quorum,
-            ack_quorum_size=c.managed_ledger_ack_quorum,
-            max_entries_per_ledger=c.managed_ledger_max_entries_per_ledger,
-            max_size_per_ledger_bytes=c.managed_ledger_max_ledger_size_bytes,
-            max_ledger_rollover_time_s=c.managed_ledger_max_ledger_rollover_time_ms / 1000,
-            cursor_persist_interval_ms=c.managed_ledger_cursor_persist_interval_ms))
+        self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.local_store, config=derive(
+            ManagedLedgerConfig, c, prefix="managed_ledger_", renames=_MANAGED_LEDGER_RENAMES))
 
     async def _start_service(self) -> None:
         from broker.service import BrokerService
         from broker.service.config import ServiceConfig
 
         c = self.config
-        settings: dict[str, Any] = {"host": c.bind_host, "port": c.port, "advertised_address": c.advertised_host,
-                                    "max_message_size_bytes": c.max_message_size_bytes}
-        # The broker-wide deduplication default (namespaces whose policy is unset) is the service's to apply.
-        settings["deduplication_enabled"] = c.deduplication_enabled
-        settings["delayed_delivery_enabled"] = c.delayed_delivery_enabled
-        settings.update(delayed_delivery_tick_time_ms=c.delayed_delivery_tick_time_ms,
-                        delayed_delivery_max_delay_ms=c.delayed_delivery_max_delay_ms,
-                        delete_inactive_topics_enabled=c.delete_inactive_topics_enabled,
-                        delete_inactive_topics_frequency_s=c.delete_inactive_topics_frequency_ms / 1000,
-                        delete_inactive_topics_mode=c.delete_inactive_topics_mode,
-                        delete_inactive_topics_max_inactive_duration_s=(
-                            c.delete_inactive_topics_max_inactive_duration_ms / 1000),
-                        compaction_monitor_interval_s=c.compaction_monitor_interval_ms / 1000)
-        settings.update(backlog_quota_check_enabled=c.backlog_quota_check_enabled,
-                        backlog_quota_check_interval_s=c.backlog_quota_check_interval_ms / 1000,
-                        backlog_quota_default_limit_bytes=c.backlog_quota_default_limit_bytes,
-                        backlog_quota_default_limit_s=c.backlog_quota_default_limit_s,
-                        backlog_quota_default_policy=c.backlog_quota_default_policy)
-        settings.update({name: getattr(c, name) for name in (  # broker-wide default rate limits
-            "dispatch_throttling_rate_per_topic_in_msg", "dispatch_throttling_rate_per_topic_in_byte",
-            "dispatch_throttling_rate_per_subscription_in_msg", "dispatch_throttling_rate_per_subscribe_in_byte",
-            "max_publish_rate_per_topic_in_messages", "max_publish_rate_per_topic_in_bytes")})
         self.service = BrokerService(
-            config=ServiceConfig(**settings),
+            config=derive(ServiceConfig, c, renames=_SERVICE_RENAMES),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,
             cluster_name=c.cluster, registry=self.registry, replication=self._replication())
         try:
@@ -204,12 +186,8 @@ class BrokerProcess:
             return None
         from replicator import ReplicationService, ReplicationSettings
 
-        c = self.config
-        return ReplicationService(self.configuration, local_cluster=c.cluster, settings=ReplicationSettings(
-            read_batch_max=c.replication_read_batch_max, pending_max=c.replication_pending_max,
-            backoff_max_s=c.replication_backoff_max_ms / 1000,
-            snapshot_interval_s=c.replicated_subscriptions_snapshot_interval_ms / 1000,
-            snapshot_timeout_s=c.replicated_subscriptions_snapshot_timeout_ms / 1000))
+        return ReplicationService(self.configuration, local_cluster=self.config.cluster, settings=derive(
+            ReplicationSettings, self.config, prefix="replication_", renames=_REPLICATION_RENAMES))
 
     def _bind_http(self) -> None:
         c = self.config

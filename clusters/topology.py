@@ -34,14 +34,14 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
 
 Adding a process kind means adding its settings dataclass here (one field per key, the type annotation is
 the check, ``problems()`` for the rest), a line in :func:`_parse_region`, and a spec in ``clusters.kinds``.
+Values are type-checked by :func:`magnetar.config.typed_value`, the rule every TOML settings file follows.
 Every error is a :class:`~magnetar.errors.ConfigError` whose message starts with the file and the key path,
-e.g. ``standalone.toml: regions[0].bookies.count: expected an integer, got a string ("three")``.
+e.g. ``standalone.toml: regions[0].bookies.count must be an integer, not a string ("three")``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import pathlib
 import re
 import tomllib
@@ -49,6 +49,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Mapping, Optional
 
+from magnetar.config import describe, typed_value
 from magnetar.errors import ConfigError
 
 _NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
@@ -130,7 +131,7 @@ class BookiesSettings:
             elif not _is_toml_scalar(value) and not (
                 isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
             ):
-                yield key, f"passed through to bookie.toml, so it must be a scalar or an array of scalars, got {_describe(value)}"
+                yield key, f"passed through to bookie.toml, so it must be a scalar or an array of scalars, got {describe(value)}"
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class BrokersSettings:
             elif not _is_toml_scalar(value) and not (
                 isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
             ):
-                yield key, f"passed through to broker.toml, so it must be a scalar or an array of scalars, got {_describe(value)}"
+                yield key, f"passed through to broker.toml, so it must be a scalar or an array of scalars, got {describe(value)}"
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ class _Parser:
         if raw_regions is None:
             raise self.error("regions", "missing: a topology needs at least one [[regions]] table")
         if not isinstance(raw_regions, list) or not all(isinstance(r, dict) for r in raw_regions):
-            raise self.error("regions", f"expected an array of tables ([[regions]]), got {_describe(raw_regions)}")
+            raise self.error("regions", f"expected an array of tables ([[regions]]), got {describe(raw_regions)}")
         if not raw_regions:
             raise self.error("regions", "empty: a topology needs at least one [[regions]] table")
         regions: list[Region] = []
@@ -289,9 +290,7 @@ class _Parser:
         path = f"{where}.{key}" if where else key
         if key not in table:
             raise self.error(path, "missing (required)")
-        value = table[key]
-        if not isinstance(value, str):
-            raise self.error(path, f"expected a string, got {_describe(value)}")
+        value = typed_value(str, table[key], key=path, source=self.path.name)
         if not _NAME_RE.match(value):
             raise self.error(path, f"{value!r} is not a valid name ({_NAME_RULE})")
         return value
@@ -305,14 +304,14 @@ class _Parser:
     def section(self, cls: type, table: Any, where: str) -> Any:
         """Builds settings dataclass ``cls`` from ``table``: types from its annotations, then ``problems()``."""
         if not isinstance(table, dict):
-            raise self.error(where, f"expected a table, got {_describe(table)}")
+            raise self.error(where, f"expected a table, got {describe(table)}")
         hints = typing.get_type_hints(cls)
         declared = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in table.items():
             if key in declared:
-                values[key] = self._typed(hints[key], value, f"{where}.{key}")
+                values[key] = typed_value(hints[key], value, key=f"{where}.{key}", source=self.path.name)
             elif getattr(cls, "PASSTHROUGH", False):
                 extra[key] = value
             else:
@@ -326,25 +325,6 @@ class _Parser:
         for key, message in settings.problems():
             raise self.error(f"{where}.{key}", message)
         return settings
-
-    def _typed(self, hint: Any, value: Any, path: str) -> Any:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            raise self.error(path, f"expected true or false, got {_describe(value)}")
-        if hint is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-            raise self.error(path, f"expected an integer, got {_describe(value)}")
-        if hint is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                return float(value)
-            raise self.error(path, f"expected a number, got {_describe(value)}")
-        if hint is str:
-            if isinstance(value, str):
-                return value
-            raise self.error(path, f"expected a string, got {_describe(value)}")
-        raise TypeError(f"settings field {path} has an unsupported type {hint!r}")  # a bug in this module
 
 
 # -- checks -------------------------------------------------------------------------------------------------
@@ -362,13 +342,3 @@ def _host_problems(key: str, host: str) -> Iterator[tuple[str, str]]:
 
 def _is_toml_scalar(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool))
-
-
-def _describe(value: Any) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array", dict: "a table"}
-    kind = kinds.get(type(value), type(value).__name__)
-    if isinstance(value, (dict, list)):
-        return kind
-    if isinstance(value, bool):
-        return f"{kind} ({str(value).lower()})"
-    return f"{kind} ({value!r})" if not isinstance(value, str) else f'{kind} ("{value}")'

@@ -17,13 +17,15 @@ import urllib.parse
 import urllib.request
 from typing import Any, Optional
 
+from magnetar.errors import MagnetarError
+
 __all__ = ["DEFAULT_URL", "AdminClient", "AdminError", "default_url"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 _REDIRECTS_MAX = 8
 
 
-class AdminError(Exception):
+class AdminError(MagnetarError):
     """The broker answered an error (``status`` and its ``reason``), or could not be reached (status 0)."""
 
     def __init__(self, status: int, reason: str) -> None:

@@ -31,7 +31,7 @@ log = logging.getLogger("broker.admin")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class RestError(Exception):
+class RestError(MagnetarError):
     """An HTTP error answer: ``status`` and a ``reason`` a person can act on."""
 
     def __init__(self, status: int, reason: str) -> None:

@@ -18,6 +18,8 @@ import enum
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional, Sequence
 
+from .errors import ManagedLedgerError  # noqa: F401  (the root the interfaces raise, defined in errors.py)
+
 
 class Position(NamedTuple):
     """A place in a managed ledger. ``(ledger_id, -1)`` is "before the first entry of that ledger"."""
@@ -38,10 +40,6 @@ class Entry:
 class InitialPosition(enum.Enum):
     LATEST = "latest"  # start after the last entry written when the cursor is created
     EARLIEST = "earliest"  # start at the first entry still retained
-
-
-class ManagedLedgerError(Exception):
-    """Root of managed-ledger errors (the implementation makes it a MagnetarError subclass)."""
 
 
 class ManagedCursor(abc.ABC):

@@ -1,8 +1,8 @@
 """Errors of the managed-ledger layer.
 
-:class:`ManagedLedgerError` is the root: a :class:`~magnetar.errors.MagnetarError` *and* the
-``api.ManagedLedgerError`` the interfaces name, so ``except api.ManagedLedgerError`` catches every error
-raised here. Ledger-client (``bookie``) and metadata-store (``config_store``) errors are mapped at this
+:class:`ManagedLedgerError` is the root, a :class:`~magnetar.errors.MagnetarError`, defined here once
+(``api.ManagedLedgerError`` is the same class, named for the interfaces and the test doubles implementing
+them). Ledger-client (``bookie``) and metadata-store (``config_store``) errors are mapped at this
 boundary; the original is kept as ``__cause__``.
 """
 
@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from magnetar.errors import MagnetarError
 
-from . import api
 
-
-class ManagedLedgerError(api.ManagedLedgerError, MagnetarError):
+class ManagedLedgerError(MagnetarError):
     """Root of managed-ledger errors. Messages start with ``[managed-ledger-name]``."""
 
 

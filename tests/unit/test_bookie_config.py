@@ -45,9 +45,9 @@ def test_defaults_and_default_id(tmp_path):
     [
         ({}, "data_dir is required"),
         ({"data_dir": "/x", "prot": 1}, "unknown bookie setting(s) prot"),
-        ({"data_dir": "/x", "port": "3181"}, "port must be a int"),
-        ({"data_dir": "/x", "journal_sync": 1}, "journal_sync must be a bool"),
-        ({"data_dir": "/x", "port": True}, "port must be a int"),
+        ({"data_dir": "/x", "port": "3181"}, "port must be an integer"),
+        ({"data_dir": "/x", "journal_sync": 1}, "journal_sync must be true or false"),
+        ({"data_dir": "/x", "port": True}, "port must be an integer"),
         ({"data_dir": "/x", "port": 70000}, "port must be in 0..65535"),
         ({"data_dir": "/x", "flush_interval_ms": 0}, "flush_interval_ms must be positive"),
         ({"data_dir": "/x", "disk_free_min_bytes": 10, "disk_free_resume_bytes": 5}, "disk_free_resume_bytes"),

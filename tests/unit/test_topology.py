@@ -87,12 +87,12 @@ def test_missing_and_unknown_keys_are_named(text: str, expected: str) -> None:
 @pytest.mark.parametrize(
     "table, expected",
     [
-        ('[regions.bookies]\ncount = "three"', 'regions[0].bookies.count: expected an integer, got a string ("three")'),
-        ("[regions.bookies]\ncount = true", "regions[0].bookies.count: expected an integer, got a boolean (true)"),
-        ("[regions.bookies]\ncount = 2.0", "regions[0].bookies.count: expected an integer, got a number (2.0)"),
-        ("[regions.bookies]\njournal_sync = 1", "regions[0].bookies.journal_sync: expected true or false"),
+        ('[regions.bookies]\ncount = "three"', 'regions[0].bookies.count must be an integer, not a string ("three")'),
+        ("[regions.bookies]\ncount = true", "regions[0].bookies.count must be an integer, not a boolean (true)"),
+        ("[regions.bookies]\ncount = 2.0", "regions[0].bookies.count must be an integer, not a number (2.0)"),
+        ("[regions.bookies]\njournal_sync = 1", "regions[0].bookies.journal_sync must be true or false"),
         ("[regions.bookies]\ncount = 0", "regions[0].bookies.count: must be in [1, 64]"),
-        ("[regions.bookies]\nhost = 7", "regions[0].bookies.host: expected a string"),
+        ("[regions.bookies]\nhost = 7", "regions[0].bookies.host must be a string"),
         ("[regions.zookeeper]\nport = 80", "regions[0].zookeeper.port: must be 0 (pick a free port) or in [1024, 65535]"),
         ("[regions.zookeeper]\nport = 70000", "regions[0].zookeeper.port: must be 0"),
         ("[regions.bookies]\ngrpc_port_base = 65535\ncount = 2", "regions[0].bookies.grpc_port_base: 65535 + count - 1"),
@@ -113,7 +113,7 @@ def test_supervisor_settings_are_checked() -> None:
     assert "supervisor.startup_timeout_s: must be in (0, 3600]" in error_of(
         "name = 'x'\n[supervisor]\nstartup_timeout_s = 0\n[[regions]]\nname = 'a'\n"
     )
-    assert "supervisor.stop_grace_s: expected a number" in error_of(
+    assert "supervisor.stop_grace_s must be a number (seconds)" in error_of(
         "name = 'x'\n[supervisor]\nstop_grace_s = 'soon'\n[[regions]]\nname = 'a'\n"
     )
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 from broker.managed_ledger.api import Entry, Position
+from magnetar.errors import MagnetarError
 from magnetar.protocol import pb
 from magnetar.protocol.batch import join_batch, split_batch
 from magnetar.protocol.compression import compress, decompress
@@ -45,8 +46,9 @@ class MessageRef(NamedTuple):
     tombstone: bool
 
 
-class CompactionError(Exception):
-    """An entry could not be compacted (undecodable); the broker maps it to its own error root."""
+class CompactionError(MagnetarError):
+    """An entry could not be compacted (undecodable). Not a BrokerServiceError: this module is pure logic,
+    and the broker maps it at its boundary (``errors.map_error``: an internal error)."""
 
 
 def _key_of(md) -> Optional[str]:

@@ -15,6 +15,8 @@ import bisect
 import struct
 from typing import Generic, Optional, Sequence, TypeVar
 
+from magnetar.errors import MagnetarError
+
 RANGE_SIZE = 65536
 
 C = TypeVar("C")
@@ -62,8 +64,9 @@ def key_hash(key: bytes) -> int:
     return (murmur3_32(key) & 0x7FFFFFFF) % RANGE_SIZE
 
 
-class SelectorError(ValueError):
-    """A consumer cannot be placed (STICKY ranges overlapping or out of bounds)."""
+class SelectorError(MagnetarError, ValueError):
+    """A consumer cannot be placed (STICKY ranges overlapping or out of bounds); the dispatchers map it to
+    ConsumerAssignError. Still a ValueError for callers that catch bad input as such."""
 
 
 class AutoSplitSelector(Generic[C]):
