@@ -40,7 +40,7 @@ def test_every_exception_class_is_a_magnetar_error(room: str) -> None:
 
 def test_builtin_bases_kept_for_callers_that_catch_them() -> None:
     from broker.managed_ledger import api, errors as ml_errors
-    from broker.service.key_shared import SelectorError, StickySelector
+    from broker.service.topics.dispatch.key_ranges import SelectorError, StickySelector
     from config_store.errors import InvalidMetadataError
     from magnetar.topic_name import InvalidTopicNameError
 
