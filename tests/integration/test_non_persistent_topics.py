@@ -315,7 +315,7 @@ def test_delete_is_refused_while_clients_are_connected(broker, client):
 
 
 def test_an_inactive_topic_unloads_itself(broker, client, monkeypatch):
-    from broker.service import nonpersistent_topic
+    from broker.service.topics.nonpersistent import topic as nonpersistent_topic
 
     monkeypatch.setattr(nonpersistent_topic, "INACTIVE_UNLOAD_S", 0.5)
     topic = np_topic()

@@ -12,6 +12,8 @@ from broker.service import BrokerService, ServiceConfig
 from broker.service.errors import ConsumerAssignError, ConsumerBusyError
 from broker.ownership_api import SelfOwnership
 from broker.service.session.connection import ConnectionState
+from broker.service.session.consumer_endpoints import ConsumerEndpoints
+from broker.service.session.requests import acked_ids, position_of, subscribe_request
 from broker.service.session.commands import HANDLERS
 from broker.service.topics.dispatch.key_ranges import key_hash
 from magnetar.protocol import FrameDecoder, encode_entry, pb
@@ -23,14 +25,16 @@ SubType = pb.CommandSubscribe.SubType
 TOPIC = "persistent://public/default/unit"
 
 
-class FakeConnection:
-    """Just what producers, consumers and handlers use of a Connection; decodes what is written."""
+class FakeConnection(ConsumerEndpoints):
+    """Just what producers, consumers and handlers use of a Connection; decodes what is written. Its consumers'
+    frames are encoded by the session's real ``ConsumerEndpoints``."""
 
     def __init__(self, service, name: str = "fake") -> None:
         self.service = service
         self.config = service.config
         self.remote_address = name
         self.client_version = "unit"
+        self.protocol_version = 20
         self.state = ConnectionState.CONNECTED
         self.producers: dict = {}
         self.consumers: dict = {}
@@ -110,7 +114,7 @@ async def subscribe(topic, conn, consumer_id, sub="s", sub_type=SubType.Shared, 
                               request_id=consumer_id, priority_level=priority, initialPosition=initial)
     if meta is not None:
         cmd.keySharedMeta.CopyFrom(meta)
-    consumer = await topic.subscribe(conn, cmd, name or f"c{consumer_id}")
+    consumer = await topic.subscribe(subscribe_request(cmd, name or f"c{consumer_id}"), conn)
     conn.consumers[consumer_id] = consumer
     if permits:
         flow(consumer, permits)
@@ -187,7 +191,7 @@ async def test_shared_round_robin_and_unacked_limit(service):
     assert ca.blocked and cb.blocked
     sub = topic.subscriptions["s"]
     ids = [f.command.message.message_id for f in a.messages()]
-    sub.acknowledge(ca, pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=ids))
+    sub.acknowledge(ca, acked_ids(ids))
     await wait_for_async(lambda: len(a.messages()) + len(b.messages()) == 12, 5, what="a unblocked by acks")
 
 
@@ -218,8 +222,7 @@ async def test_key_shared_recently_joined_consumer_waits_for_older_acks(service)
         2 for k in moved_keys), 5, what="keys staying with the first consumer flow on")
     assert second.messages() == []  # its keys wait: the first consumer has not acknowledged older entries
     ids = [f.command.message.message_id for f in first.messages()]
-    topic.subscriptions["s"].acknowledge(c1, pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual,
-                                                           message_id=ids))
+    topic.subscriptions["s"].acknowledge(c1, acked_ids(ids))
     await wait_for_async(lambda: len(second.messages()) == 2 * len(moved_keys), 5, what="restriction lifted")
     assert {f.metadata.partition_key for f in second.messages()} == moved_keys
 
@@ -240,7 +243,7 @@ async def test_redelivery_counts_only_on_redeliver_requests(service):
     await wait_for_async(lambda: len(conn.messages()) == 1, 5)
     mid = conn.messages()[0].command.message.message_id
     for expected in (1, 2):
-        topic.subscriptions["s"].redeliver(c, [mid])
+        topic.subscriptions["s"].redeliver(c, [position_of(mid)])
         await wait_for_async(lambda: len(conn.messages()) == expected + 1, 5)
         assert conn.messages()[-1].command.message.redelivery_count == expected
 

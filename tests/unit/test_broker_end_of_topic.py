@@ -1,4 +1,4 @@
-"""Which clients the broker sends REACHED_END_OF_TOPIC to (``broker.service.session.consumer.peer_handles_end_of_topic``).
+"""Which clients the broker sends REACHED_END_OF_TOPIC to (``broker.service.session.consumer_endpoints.peer_handles_end_of_topic``).
 
 The client versions are what each client announces in CONNECT: pulsar-client 3.13 (Python, over the C++
 core 4.2.0) sends "Pulsar-CPP-v4.2.0" (a configured description is appended after a '-'); the Go client
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.service.session.consumer import peer_handles_end_of_topic
+from broker.service.session.consumer_endpoints import peer_handles_end_of_topic
 from magnetar.protocol.client import CLIENT_VERSION, PROTOCOL_VERSION
 
 

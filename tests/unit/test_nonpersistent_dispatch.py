@@ -1,4 +1,4 @@
-"""Non-persistent dispatch decisions (``broker/service/nonpersistent_dispatch.py``), with plain stand-ins for
+"""Non-persistent dispatch decisions (``broker/service/topics/nonpersistent/dispatch.py``), with plain stand-ins for
 consumers: who takes a message, who is active, and when a message is dropped."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from broker.service.errors import ConsumerAssignError
 from broker.service.topics.dispatch.key_ranges import key_hash
 from broker.service.topics.nonpersistent.dispatch import (KeySharedDispatch, Offer, SharedDispatch, SingleActiveDispatch,
                                                    new_dispatch)
+from broker.service.topics.model import KeySharedMode, KeySharedSpec, SubType
 from magnetar.protocol import encode_entry, pb
 
-SubType = pb.CommandSubscribe.SubType
 
 
 @dataclass(eq=False)
@@ -25,7 +25,7 @@ class FakeConsumer:
     consumer_id: int = 0
     priority_level: int = 0
     permits: int = 10
-    key_shared_meta: Optional[pb.KeySharedMeta] = None
+    key_shared_meta: Optional[KeySharedSpec] = None
     notes: list = field(default_factory=list)
 
 
@@ -117,7 +117,7 @@ def test_key_shared_keeps_a_key_with_its_owner_and_drops_when_it_cannot_take_it(
 
 
 def test_key_shared_sticky_ranges_and_mode_mismatch():
-    meta = pb.KeySharedMeta(keySharedMode=pb.STICKY, hashRanges=[pb.IntRange(start=0, end=32767)])
+    meta = KeySharedSpec(KeySharedMode.STICKY, ((0, 32767),))
     d = new_dispatch(SubType.Key_Shared, ready, key_shared_meta=meta)
     low = FakeConsumer("low", key_shared_meta=meta)
     d.add(low)

@@ -13,6 +13,7 @@ import pytest
 from broker.managed_ledger.api import Position
 from broker.ownership_api import SelfOwnership
 from broker.service import BrokerService, ServiceConfig
+from broker.service.session.requests import acked_ids
 from magnetar.protocol import encode_entry, parse_entry, pb
 from replicator import markers
 from replicator.markers import decode_marker, encode_marker_entry
@@ -499,7 +500,8 @@ async def _subscribe(service, topic, *, replicated: bool):
     cmd = pb.CommandSubscribe(topic=topic.name, subscription="s", subType=pb.CommandSubscribe.Exclusive,
                               consumer_id=1, request_id=1, initialPosition=pb.CommandSubscribe.Earliest,
                               replicate_subscription_state=replicated)
-    consumer = await topic.subscribe(conn, cmd, "c1")
+    from broker.service.session.requests import subscribe_request
+    consumer = await topic.subscribe(subscribe_request(cmd, "c1"), conn)
     conn.consumers[1] = consumer
     consumer.flow(100)
     consumer.subscription.dispatcher.consumer_flow(consumer)
@@ -519,7 +521,7 @@ async def _stored_markers(topic, marker_type: int) -> list:
 async def _ack_all(sub, consumer, conn, n: int) -> None:
     await wait_for_async(lambda: len(conn.messages()) == n, 5, what=f"{n} messages delivered")
     last = conn.messages()[-1].command.message.message_id
-    sub.acknowledge(consumer, pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Cumulative, message_id=[last]))
+    sub.acknowledge(consumer, acked_ids([last]), cumulative=True)
     await sub.drain_acks()
 
 

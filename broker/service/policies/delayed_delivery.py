@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from magnetar.protocol import pb
+from magnetar.protocol.metadata import MessageMetadata
 
 from ..errors import NotAllowedError
 
@@ -69,7 +69,7 @@ def timer_target_ms(due_ms: int, last_fire_ms: Optional[int], tick_time_ms: int)
     return max(due_ms, last_fire_ms + tick_time_ms)
 
 
-def exceeds_max_delay(metadata: Optional[pb.MessageMetadata], settings: DelayedDeliverySettings) -> bool:
+def exceeds_max_delay(metadata: Optional[MessageMetadata], settings: DelayedDeliverySettings) -> bool:
     """Whether a SEND with ``metadata`` asks for a delay beyond the limit (only while delayed delivery is on)."""
     if not settings.active or settings.max_delay_ms <= 0 or metadata is None:
         return False
@@ -78,7 +78,7 @@ def exceeds_max_delay(metadata: Optional[pb.MessageMetadata], settings: DelayedD
     return metadata.deliver_at_time - metadata.publish_time > settings.max_delay_ms
 
 
-def check_send(topic: Any, metadata: Optional[pb.MessageMetadata]) -> None:
+def check_send(topic: Any, metadata: Optional[MessageMetadata]) -> None:
     """Raises NotAllowedError (Pulsar's words) for a SEND whose deliver time is beyond the limit."""
     settings = settings_of(topic)
     if exceeds_max_delay(metadata, settings):

@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any, Optional
 from magnetar.protocol import FrameDecoder, ProtocolError, command_body, encode_command, pb, wrap
 
 from ..errors import BrokerServiceError, map_error
+from .consumer_endpoints import ConsumerEndpoints
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from ..topics.consumer import Consumer
     from .producer import Producer
     from ..service import BrokerService
 
@@ -58,7 +59,9 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-class Connection:
+class Connection(ConsumerEndpoints):
+    """One client connection (see the module docstring); the sink of its consumers (``ConsumerEndpoints``)."""
+
     def __init__(self, service: "BrokerService", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.service = service
         self.config = service.config

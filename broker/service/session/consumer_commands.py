@@ -16,13 +16,13 @@ from magnetar.protocol import pb
 
 from ..errors import ConsumerNotFoundError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, parse_topic
 from .schema_commands import check_subscribe_schema
-from ..topics.subscription import signed
+from .requests import acked_ids, position_of, signed, subscribe_request
 
 if TYPE_CHECKING:
     from magnetar.protocol import Frame
 
     from .connection import Connection
-    from .consumer import Consumer
+    from ..topics.consumer import Consumer
 
 log = logging.getLogger("broker.service.session.commands")
 
@@ -56,7 +56,7 @@ async def handle_subscribe(conn: "Connection", frame: "Frame") -> None:
             raise TopicNotFoundError(f"topic {topic_name} does not exist")
         name = cmd.consumer_name if cmd.HasField("consumer_name") and cmd.consumer_name else uuid.uuid4().hex[:10]
         await check_subscribe_schema(conn, topic, cmd)  # refused if incompatible with the topic's schema
-        consumer = await topic.subscribe(conn, cmd, name)
+        consumer = await topic.subscribe(subscribe_request(cmd, name), conn)
         if conn.closed:
             consumer.subscription.remove_consumer(consumer)
             return
@@ -90,7 +90,8 @@ def handle_ack(conn: "Connection", frame: "Frame") -> None:
     consumer = _consumer(conn, cmd.consumer_id)
     if cmd.txnid_most_bits or cmd.txnid_least_bits:
         raise NotAllowedError("transactional acknowledgements are not supported by this broker")
-    fut = consumer.subscription.acknowledge(consumer, cmd)
+    fut = consumer.subscription.acknowledge(consumer, acked_ids(cmd.message_id),
+                                            cumulative=cmd.ack_type == pb.CommandAck.Cumulative)
     if cmd.HasField("request_id"):
         conn.spawn(_ack_response(conn, cmd, fut), f"ACK_RESPONSE {conn.remote_address}")
 
@@ -108,7 +109,7 @@ def handle_redeliver(conn: "Connection", frame: "Frame") -> None:
         return
     if cmd.HasField("consumer_epoch"):
         consumer.consumer_epoch = cmd.consumer_epoch
-    consumer.subscription.redeliver(consumer, cmd.message_ids)
+    consumer.subscription.redeliver(consumer, [position_of(m) for m in cmd.message_ids] or None)
 
 
 async def handle_seek(conn: "Connection", frame: "Frame") -> None:
@@ -156,7 +157,7 @@ async def handle_get_last_message_id(conn: "Connection", frame: "Frame") -> None
     if last is None:
         last = await sub.topic.last_message_id()
     response = pb.CommandGetLastMessageIdResponse(request_id=cmd.request_id)
-    response.last_message_id.CopyFrom(last)
+    last.to_proto(response.last_message_id)
     md = sub.cursor.mark_delete_position
     response.consumer_mark_delete_position.ledgerId = md.ledger_id % (1 << 64)
     response.consumer_mark_delete_position.entryId = md.entry_id % (1 << 64)

@@ -24,6 +24,7 @@ from . import wire
 from ..topics.dedup import REPLICATOR_PREFIX, is_replicator
 from ..errors import BrokerServiceError, map_error
 from ..stats import RateMeter, iso_now
+from ..topics.model import AccessMode
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -31,19 +32,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.service.session.producer")
 
-AccessMode = pb.ProducerAccessMode
 
 
 class _Slot:
     __slots__ = ("sequence_id", "highest_sequence_id", "position", "error", "done", "started")
 
-    def __init__(self, sequence_id: int, highest_sequence_id: Optional[int]) -> None:
+    def __init__(self, sequence_id: int, highest_sequence_id: Optional[int], started: Optional[float]) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.position: Optional[Position] = None
         self.error: Optional[BrokerServiceError] = None
         self.done = False
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
 
 
 class Producer:
@@ -54,7 +54,7 @@ class Producer:
         self.connection = connection
         self.producer_id = producer_id
         self.name = name
-        self.access_mode = access_mode
+        self.access_mode = AccessMode(access_mode)
         self.epoch = epoch
         self.user_provided_name = user_provided_name
         self.metadata = metadata or {}
@@ -83,9 +83,11 @@ class Producer:
 
     # --------------------------------------------------------------------------------- publishing
 
-    def track(self, sequence_id: int, highest_sequence_id: Optional[int], future: "asyncio.Future[Position]") -> None:
-        """Registers a SEND whose receipt depends on ``future`` (storage, or an earlier identical SEND)."""
-        slot = _Slot(sequence_id, highest_sequence_id)
+    def track(self, sequence_id: int, highest_sequence_id: Optional[int], future: "asyncio.Future[Position]", *,
+              started: Optional[float] = None) -> None:
+        """Registers a SEND whose receipt depends on ``future`` (storage, or an earlier identical SEND);
+        ``started`` (``time.perf_counter()``) is when the write began, for the topic's write latency (default: now)."""
+        slot = _Slot(sequence_id, highest_sequence_id, started)
         self._pending.append(slot)
         self.connection.publish_started()
         if future.done():
@@ -169,7 +171,7 @@ class Producer:
     def stats(self) -> dict:
         msgs = self.msg_in.total
         return {
-            "accessMode": AccessMode.Name(self.access_mode),
+            "accessMode": AccessMode(self.access_mode).name,
             "msgRateIn": self.msg_in.rate(),
             "msgThroughputIn": self.bytes_in.rate(),
             "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,

@@ -73,7 +73,7 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
         conn.producers[pid] = producer
         _send_success(conn, cmd, producer)
         log.info("[%s] producer %s created (%s, %s)", topic.name, name,
-                 pb.ProducerAccessMode.Name(producer.access_mode), conn.remote_address)
+                 producer.access_mode.name, conn.remote_address)
     except BaseException:
         if producer is not None and conn.producers.get(pid) is not producer:
             producer.closed = True
@@ -108,7 +108,9 @@ def handle_send(conn: "Connection", frame: "Frame") -> None:
     if (send.marker and not producer.is_replicator) or send.txnid_most_bits or send.txnid_least_bits:
         raise NotAllowedError("markers and transactional messages cannot be published by clients")
     check_delivery_delay(producer.topic, frame.metadata)
-    producer.topic.publish(producer, send, frame.entry)
+    producer.topic.publish(producer, frame.entry, sequence_id=send.sequence_id,
+                           highest_sequence_id=send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
+                           num_messages=send.num_messages, marker=send.marker)
 
 
 async def handle_close_producer(conn: "Connection", frame: "Frame") -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from typing import TYPE_CHECKING
 
 from ..errors import topic_not_ready
-from ..session.producer import Producer
 from .producer_access import ProducerAccess
+
+if TYPE_CHECKING:
+    from .api import TopicProducer as Producer
 
 
 class TopicState(enum.Enum):

@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 from google.protobuf.message import DecodeError
 
 from broker.managed_ledger.ranges import ack_set_from_words, ack_set_to_words
-from magnetar.protocol import pb
+from magnetar.protocol.metadata import COMPRESSION_NONE, MessageMetadata
 from magnetar.protocol.batch import split_batch
 from magnetar.protocol.compression import decompress
 from magnetar.protocol.errors import ProtocolError
@@ -32,7 +32,7 @@ _U32 = struct.Struct(">I")
 class EntryInfo(NamedTuple):
     num_messages: int
     marker: bool
-    metadata: pb.MessageMetadata
+    metadata: MessageMetadata
     deliver_at_ms: int = 0  # ``deliver_at_time`` (ms since the epoch); 0: not delayed
 
 
@@ -53,11 +53,11 @@ def _metadata_span(entry: bytes) -> tuple[int, int]:
     return start, start + md_size
 
 
-def peek_metadata(entry: bytes) -> pb.MessageMetadata:
+def peek_metadata(entry: bytes) -> MessageMetadata:
     """The entry's MessageMetadata. Raises ProtocolError for bytes that are not an entry."""
     start, end = _metadata_span(entry)
     try:
-        return pb.MessageMetadata.FromString(memoryview(entry)[start:end])
+        return MessageMetadata.FromString(memoryview(entry)[start:end])
     except DecodeError as exc:
         raise ProtocolError(f"undecodable message metadata: {exc}") from None
 
@@ -73,7 +73,7 @@ def entry_info(entry: bytes) -> EntryInfo:
     try:
         md = peek_metadata(entry)
     except ProtocolError:
-        return EntryInfo(1, False, pb.MessageMetadata())
+        return EntryInfo(1, False, MessageMetadata())
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     return EntryInfo(max(n, 1), md.HasField("marker_type"), md, md.deliver_at_time)
 
@@ -86,7 +86,7 @@ def publish_time_of(entry: bytes) -> int:
         return 0
 
 
-def sticky_key(entry: bytes, md: pb.MessageMetadata | None = None) -> bytes:
+def sticky_key(entry: bytes, md: MessageMetadata | None = None) -> bytes:
     """The key Key_Shared routes by: ordering key, else partition key, else the first batch member's key
     (as Pulsar's ``peekStickyKey``), else ``b"NONE_KEY"``."""
     try:
@@ -99,7 +99,7 @@ def sticky_key(entry: bytes, md: pb.MessageMetadata | None = None) -> bytes:
         if md.HasField("num_messages_in_batch"):
             _, end = _metadata_span(entry)
             payload = entry[end:]
-            if md.compression != pb.NONE:
+            if md.compression != COMPRESSION_NONE:
                 payload = decompress(md.compression, payload, md.uncompressed_size)
             first = split_batch(payload)[0].metadata
             if first.HasField("ordering_key"):

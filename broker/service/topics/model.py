@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 from broker.managed_ledger.api import InitialPosition, Position
 
@@ -78,20 +78,9 @@ class SubscribeRequest:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class AckedId:
+class AckedId(NamedTuple):
     """One acknowledged message id: its entry and, for a batch-index acknowledgement, the ack set words (Pulsar's
-    ``ack_set``: the bits of the batch members still unacknowledged)."""
+    ``ack_set``: the bits of the batch members still unacknowledged). A tuple: one is made per acknowledged id."""
 
     position: Position
     ack_set: Sequence[int] = ()
-
-
-@dataclass(frozen=True)
-class PublishedEntry:
-    """What SEND hands a topic besides the stored bytes: the producer's sequence ids and message count."""
-
-    sequence_id: int
-    highest_sequence_id: Optional[int]
-    num_messages: int
-    is_marker: bool = False

@@ -29,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..errors import NotAllowedError, ProducerBusyError, ProducerFencedError
-from ..session.producer import AccessMode, Producer
+from .model import AccessMode
+
+if TYPE_CHECKING:
+    from .api import TopicProducer as Producer
 
 log = logging.getLogger("broker.service.topics.producer_access")
 

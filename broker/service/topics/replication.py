@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 if TYPE_CHECKING:
     from broker.managed_ledger.api import Position
-    from magnetar.protocol import pb
+    from magnetar.protocol.metadata import MessageMetadata
 
     from .topic import Topic
 
@@ -38,7 +38,7 @@ class TopicReplication(Protocol):
         """The topic's replication clusters changed (the local one may be among them): starts a replicator
         for every new remote cluster, stops those no longer named and deletes their cursors."""
 
-    def on_marker(self, position: "Position", metadata: "pb.MessageMetadata", payload: bytes) -> None:
+    def on_marker(self, position: "Position", metadata: "MessageMetadata", payload: bytes) -> None:
         """A marker that came from another cluster by replication is stored at ``position``."""
 
     def tick(self) -> None:

@@ -40,10 +40,11 @@ import time
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from broker.managed_ledger.api import ManagedCursor, Position
-from magnetar.protocol import pb
+from magnetar.protocol.metadata import MessageMetadata
 from magnetar.protocol.errors import ProtocolError
 
-from ..session.consumer import Consumer
+from .consumer import Consumer
+from .model import AckedId, KeySharedMode, SubType
 from .dispatch.base import Dispatcher
 from .dispatch.key_shared import KeySharedDispatcher
 from .dispatch.shared import SharedDispatcher
@@ -58,24 +59,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.service.topics.subscription")
 
-SubType = pb.CommandSubscribe.SubType
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 
 
-def signed(value: int) -> int:
-    return value - _U64 if value > _I64_MAX else value
-
-
-def position_of(mid: pb.MessageIdData) -> Position:
-    return Position(signed(mid.ledgerId), signed(mid.entryId))
-
 
 class SnapshotCacheHook(Protocol):
     """A replicated subscription's cache of snapshots (``replicator.SnapshotCache``)."""
 
-    def add_marker(self, metadata: pb.MessageMetadata, payload: bytes) -> None: ...
+    def add_marker(self, metadata: MessageMetadata, payload: bytes) -> None: ...
 
     def advance(self, mark_delete: Position) -> Optional[dict[str, Position]]: ...
 
@@ -132,7 +125,7 @@ class Subscription:
         return list(self.dispatcher.consumers) if self.dispatcher else []
 
     def type_name(self) -> str:
-        return SubType.Name(self.sub_type) if self.sub_type is not None else "None"
+        return SubType(self.sub_type).name if self.sub_type is not None else "None"
 
     # --------------------------------------------------------------------------------- consumers
 
@@ -143,7 +136,7 @@ class Subscription:
             current = self.consumers
             if current and consumer.sub_type != self.sub_type:
                 raise ConsumerBusyError(f"subscription {self.name!r} is of type {self.type_name()}, "
-                                        f"not {SubType.Name(consumer.sub_type)}")
+                                        f"not {SubType(consumer.sub_type).name}")
             if consumer.sub_type == SubType.Exclusive and current:
                 raise ConsumerBusyError(f"exclusive consumer is already connected to subscription {self.name!r}")
             if not current and (self.dispatcher is None or self.sub_type != consumer.sub_type):
@@ -210,31 +203,31 @@ class Subscription:
             return True
         return self.cursor.is_deleted(position)
 
-    def acknowledge(self, consumer: Consumer, ack: pb.CommandAck) -> Optional[asyncio.Future]:
+    def acknowledge(self, consumer: Consumer, ids: Sequence[AckedId], *, cumulative: bool = False
+                    ) -> Optional[asyncio.Future]:
         """Applies an ACK's visible effects and queues its cursor operation; the returned future resolves
         once the cursor has it (None when nothing was queued).
 
         Raises:
             NotAllowedError: a cumulative ack on a Shared or Key_Shared subscription.
         """
-        if ack.ack_type == pb.CommandAck.Cumulative:
+        if cumulative:
             if consumer.individual_ack_mode:
-                raise NotAllowedError(f"cumulative ack is not supported on {SubType.Name(consumer.sub_type)} "
+                raise NotAllowedError(f"cumulative ack is not supported on {SubType(consumer.sub_type).name} "
                                       f"subscription {self.name!r}")
-            if len(ack.message_id) != 1:
+            if len(ids) != 1:
                 raise NotAllowedError("a cumulative ack carries exactly one message id")
-            return self._ack_cumulative(consumer, ack.message_id[0])
-        return self._ack_individual(consumer, ack.message_id)
+            return self._ack_cumulative(consumer, ids[0])
+        return self._ack_individual(consumer, ids)
 
-    def _ack_individual(self, consumer: Consumer, ids: Sequence[pb.MessageIdData]) -> Optional[asyncio.Future]:
+    def _ack_individual(self, consumer: Consumer, ids: Sequence[AckedId]) -> Optional[asyncio.Future]:
         full: list[Position] = []
         partial: dict[Position, int] = {}
-        for mid in ids:
-            pos = position_of(mid)
+        for pos, ack_set in ids:
             if pos.ledger_id < 0 or pos.entry_id < 0 or self.is_acked(pos):
                 continue
-            if len(mid.ack_set):
-                incoming = ack_set_to_int(mid.ack_set)
+            if ack_set:
+                incoming = ack_set_to_int(ack_set)
                 current = self.batch_acks.get(pos)
                 remaining = incoming if current is None else current & incoming
                 if remaining:
@@ -273,14 +266,14 @@ class Subscription:
                 return other
         return None
 
-    def _ack_cumulative(self, consumer: Consumer, mid: pb.MessageIdData) -> Optional[asyncio.Future]:
-        pos = position_of(mid)
+    def _ack_cumulative(self, consumer: Consumer, acked: AckedId) -> Optional[asyncio.Future]:
+        pos, ack_set = acked
         if pos.ledger_id < 0:
             return None
         target = pos
         partial: Optional[dict[Position, int]] = None
-        if len(mid.ack_set):
-            incoming = ack_set_to_int(mid.ack_set)
+        if ack_set:
+            incoming = ack_set_to_int(ack_set)
             current = self.batch_acks.get(pos)
             remaining = incoming if current is None else current & incoming
             if remaining:
@@ -427,7 +420,7 @@ class Subscription:
     def _controller(self) -> Optional[ReplicatedSubscriptionsHook]:
         return getattr(self.topic, "replicated_subscriptions", None) if self.replicated else None
 
-    def on_snapshot_marker(self, position: Position, metadata: pb.MessageMetadata, payload: bytes) -> None:
+    def on_snapshot_marker(self, position: Position, metadata: MessageMetadata, payload: bytes) -> None:
         """A dispatcher met a SNAPSHOT marker at ``position``: keep its snapshot until mark-delete passes it."""
         controller = self._controller()
         if controller is None:
@@ -451,10 +444,10 @@ class Subscription:
 
     # --------------------------------------------------------------------------------- redelivery
 
-    def redeliver(self, consumer: Consumer, ids: Sequence[pb.MessageIdData]) -> None:
+    def redeliver(self, consumer: Consumer, positions: Optional[Sequence[Position]]) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES: the given entries of the consumer's (None: all it holds)."""
         if self.dispatcher is None:
             return
-        positions = [position_of(m) for m in ids] if ids else None
         self.dispatcher.redeliver(consumer, positions)
 
     def rewind_cursor(self) -> None:
@@ -601,7 +594,7 @@ class Subscription:
             **self.topic.rate_limits.throttle_stats(self.name),  # dispatchThrottled*Events* (throttle.py)
         }
         if isinstance(dispatcher, KeySharedDispatcher):
-            out["keySharedMode"] = pb.KeySharedMode.Name(dispatcher.mode)
+            out["keySharedMode"] = KeySharedMode(dispatcher.mode).name
             out["allowOutOfOrderDelivery"] = dispatcher.allow_out_of_order
             for c, s in zip(consumers, cstats):
                 s["keyHashRanges"] = [f"[{a}, {b}]" for a, b in dispatcher.hash_ranges(c)]

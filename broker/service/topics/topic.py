@@ -28,38 +28,37 @@ import time
 from typing import TYPE_CHECKING, Optional, Union
 
 from broker.managed_ledger.api import InitialPosition, ManagedLedger, Position
-from magnetar.protocol import pb
 from magnetar.protocol.frames import parse_entry
+from magnetar.protocol.message_id import MessageId
 from magnetar.topic_name import TopicName
 
 from . import dedup as dedup_mod
 from ..policies import delayed_delivery as delayed_policy
 from ..policies.backlog_quota import TopicBacklogQuota
-from ..session.consumer import Consumer
+from .consumer import Consumer
 from ..errors import (BrokerServiceError, NotAllowedError, PersistenceError, ProducerFencedError,
                      ServiceNotReadyError, SubscriptionAlreadyExistsError, TopicBusyError, TopicTerminatedError,
                      topic_not_ready)
 from .entries import entry_info, publish_time_of
 from ..latency import WriteLatency
-from ..session.producer import Producer
 from .common import TopicCommon, TopicState
 from .replication import TopicReplication, is_replication_cursor
 from ..stats import RateMeter
 from .compaction.compactor import TopicCompaction
 from .compaction.logic import COMPACTION_CURSOR
-from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found, signed
+from .model import SubscribeRequest, SubType
+from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found
 from ..tasks import shielded
 from ..policies.throttle import TopicRateLimits
 
 if TYPE_CHECKING:
     from config_store.models import Policies
 
-    from ..session.connection import Connection
+    from .api import ConsumerSink, TopicProducer as Producer
     from ..service import BrokerService
 
 log = logging.getLogger("broker.service.topics.topic")
 
-SubType = pb.CommandSubscribe.SubType
 _I64_MAX = (1 << 63) - 1
 RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME, COMPACTION_CURSOR})
 TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
@@ -220,10 +219,12 @@ class Topic(TopicCommon):
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
 
-    def publish(self, producer: Producer, send: pb.CommandSend, entry: bytes) -> None:
-        """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order."""
-        seq = send.sequence_id
-        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+    def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
+                num_messages: int, marker: bool = False) -> None:
+        """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order.
+        ``num_messages`` is the SEND's count (0 when the client left it out: one message)."""
+        seq = sequence_id
+        highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE or self.ml.terminated:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(TopicTerminatedError(f"topic {self.name} is terminated") if self.ml.terminated
@@ -237,7 +238,7 @@ class Topic(TopicCommon):
         if producer.is_replicator:
             top = seq
         else:
-            top = highest if highest is not None else seq + max(send.num_messages, 1) - 1
+            top = highest if highest is not None else seq + max(num_messages, 1) - 1
         deduplicate = dedup.applies_to(producer.name)
         if deduplicate:
             status, fut = dedup.check(producer.name, seq, top)
@@ -252,9 +253,9 @@ class Topic(TopicCommon):
         if deduplicate:
             dedup.pushed(producer.name, seq, top, fut)
         producer.track(seq, highest, fut)
-        if send.marker and producer.is_replicator:
+        if marker and producer.is_replicator:
             fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
-        messages = send.num_messages
+        messages = num_messages
         size = len(entry)
         self._count_published(producer, messages, size)
         if producer.is_replicator:
@@ -292,13 +293,14 @@ class Topic(TopicCommon):
             lock = self._sub_locks[name] = asyncio.Lock()
         return lock
 
-    async def subscribe(self, connection: "Connection", cmd: pb.CommandSubscribe, consumer_name: str) -> Consumer:
+    async def subscribe(self, request: SubscribeRequest, sink: "ConsumerSink") -> Consumer:
+        """Attaches a consumer (its client reached through ``sink``), creating its subscription if needed."""
         self.check_active()
-        name = cmd.subscription
+        name = request.subscription
         if not name or is_reserved_subscription(name):
             raise NotAllowedError(f"subscription name {name!r} is reserved or empty")
-        if cmd.read_compacted:  # as Pulsar: only where one consumer reads everything in order
-            if cmd.subType not in (SubType.Exclusive, SubType.Failover):
+        if request.read_compacted:  # as Pulsar: only where one consumer reads everything in order
+            if request.sub_type not in (SubType.Exclusive, SubType.Failover):
                 raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
             await self.compaction.ensure_loaded()
         async with self._lock_for(name):
@@ -310,38 +312,34 @@ class Topic(TopicCommon):
                 sub = self.subscriptions.get(name)
                 if sub is not None and sub.closed:
                     raise ServiceNotReadyError(f"subscription {name!r} on {self.name} is closing")
-            if cmd.durable:
+            if request.durable:
                 if sub is None:
-                    initial = InitialPosition.EARLIEST if cmd.initialPosition == pb.CommandSubscribe.Earliest \
-                        else InitialPosition.LATEST
-                    cursor = await shielded(self.ml.open_cursor(name, initial_position=initial))
+                    cursor = await shielded(self.ml.open_cursor(name, initial_position=request.initial_position))
                     props = getattr(cursor, "properties", None) or {}
                     sub = Subscription(self, name, cursor, durable=True,
                                        replicated=bool(props.get(REPLICATED_PROPERTY)))
                     self.subscriptions[name] = sub
                 elif not sub.durable:
                     raise NotAllowedError(f"a non-durable subscription named {name!r} exists on {self.name}")
-                if cmd.HasField("replicate_subscription_state") and cmd.replicate_subscription_state:
+                if request.replicate_subscription_state:
                     await sub.set_replicated(True)
             else:
                 if sub is not None and sub.durable:
                     raise NotAllowedError(f"cannot create a non-durable subscription named like the durable "
                                           f"subscription {name!r}")
                 if sub is None:
-                    start = self._reader_start(cmd)
+                    start = self._reader_start(request)
                     cursor = self.ml.new_non_durable_cursor(start, name=name)
                     sub = Subscription(self, name, cursor, durable=False)
                     self.subscriptions[name] = sub
-                    if cmd.start_message_rollback_duration_sec > 0:
-                        ts = int(time.time() * 1000) - cmd.start_message_rollback_duration_sec * 1000
+                    if request.start_message_rollback_duration_s > 0:
+                        ts = int(time.time() * 1000) - request.start_message_rollback_duration_s * 1000
                         await sub.reset(await self.find_position(ts))
-            meta = cmd.keySharedMeta if cmd.HasField("keySharedMeta") else None
-            consumer = Consumer(sub, connection, cmd.consumer_id, consumer_name, sub_type=cmd.subType,
-                                priority_level=cmd.priority_level, metadata={kv.key: kv.value for kv in cmd.metadata},
-                                key_shared_meta=meta,
-                                consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
+            consumer = Consumer(sub, sink, request.consumer_id, request.consumer_name, sub_type=request.sub_type,
+                                priority_level=request.priority_level, metadata=request.metadata,
+                                key_shared_meta=request.key_shared, consumer_epoch=request.consumer_epoch,
                                 max_unacked_messages=self.config.max_unacked_messages_per_consumer)
-            consumer.read_compacted = bool(cmd.read_compacted)
+            consumer.read_compacted = request.read_compacted
             await sub.add_consumer(consumer)
             if self.state is not TopicState.ACTIVE:  # unloaded meanwhile: its consumers were already told
                 sub.remove_consumer(consumer)
@@ -352,14 +350,15 @@ class Topic(TopicCommon):
         first = self.ml.first_position()
         return Position(first.ledger_id, first.entry_id - 1)
 
-    def _reader_start(self, cmd: pb.CommandSubscribe) -> Position:
+    def _reader_start(self, request: SubscribeRequest) -> Position:
         """Where a reader's non-durable cursor starts (it reads from the entry after this position).
 
         A start id ``(l, e)`` starts *at* entry e, as Pulsar does (it treats every start id as a batch id
         and steps back one entry): the client drops what precedes its start id, or the start id itself
         when not inclusive."""
-        if cmd.HasField("start_message_id"):
-            ledger, entry = signed(cmd.start_message_id.ledgerId), signed(cmd.start_message_id.entryId)
+        start = request.start_message_id
+        if start is not None:
+            ledger, entry = start.ledger_id, start.entry_id
             if ledger == _I64_MAX:
                 return self.ml.last_confirmed_position
             if ledger < 0:
@@ -367,7 +366,7 @@ class Topic(TopicCommon):
             if entry >= 0:
                 return Position(ledger, entry - 1)
             return Position(ledger, entry)
-        if cmd.initialPosition == pb.CommandSubscribe.Earliest:
+        if request.initial_position is InitialPosition.EARLIEST:
             return self.before_first()
         return self.ml.last_confirmed_position
 
@@ -509,21 +508,20 @@ class Topic(TopicCommon):
                 except Exception as exc:
                     log.warning("[%s][%s] TTL expiry failed: %s", self.name, sub.name, exc)
 
-    async def last_message_id(self) -> pb.MessageIdData:
+    async def last_message_id(self) -> MessageId:
         """GET_LAST_MESSAGE_ID: the last entry, with the batch index of its last message."""
         lac = self.ml.last_confirmed_position
-        mid = pb.MessageIdData(ledgerId=lac.ledger_id % (1 << 64), entryId=lac.entry_id % (1 << 64))
+        batch_index = -1
         if lac.entry_id >= 0:
             try:
                 entry = await self.ml.read_entry(lac)
                 info = entry_info(entry.data)
                 if info.metadata.HasField("num_messages_in_batch"):
-                    mid.batch_index = info.num_messages - 1
+                    batch_index = info.num_messages - 1
             except Exception as exc:
                 log.debug("[%s] reading the last entry %s failed: %s", self.name, lac, exc)
-        if self.topic_name.is_partition:
-            mid.partition = self.topic_name.partition_index
-        return mid
+        partition = self.topic_name.partition_index if self.topic_name.is_partition else -1
+        return MessageId(lac.ledger_id, lac.entry_id, partition, batch_index)
 
     # --------------------------------------------------------------------------------- termination
 

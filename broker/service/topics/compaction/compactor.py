@@ -33,7 +33,7 @@ import uuid
 from typing import TYPE_CHECKING, AsyncIterator, Optional
 
 from broker.managed_ledger.api import Entry, InitialPosition, Position
-from magnetar.protocol import pb
+from magnetar.protocol.message_id import MessageId
 
 from .view import CompactedLedger
 from .logic import (COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR, LatestPerKey, compact_entry, encode_record,
@@ -136,7 +136,7 @@ class TopicCompaction:
             return {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False}
         return self.view.internal_stats()
 
-    async def last_message_id(self) -> Optional[pb.MessageIdData]:
+    async def last_message_id(self) -> Optional[MessageId]:
         """GET_LAST_MESSAGE_ID for a ``read_compacted`` consumer while nothing was written after the horizon
         (as Pulsar): the last compacted message, or ``-1:-1`` when compaction removed everything; None when
         the topic has entries after the horizon (the topic's own last message applies)."""
@@ -144,16 +144,14 @@ class TopicCompaction:
         if view is None or self.topic.ml.last_confirmed_position > view.horizon:
             return None
         if not view.positions:
-            return pb.MessageIdData(ledgerId=(1 << 64) - 1, entryId=(1 << 64) - 1)
+            return MessageId(-1, -1)
         last = view.positions[-1]
-        mid = pb.MessageIdData(ledgerId=last.ledger_id, entryId=last.entry_id)
         (entry,) = await view.read(len(view.positions) - 1, len(view.positions) - 1)
         info = entry_info(entry.data)
-        if info.metadata.HasField("num_messages_in_batch"):
-            mid.batch_index = info.num_messages - 1
-        if self.topic.topic_name.is_partition:
-            mid.partition = self.topic.topic_name.partition_index
-        return mid
+        batch_index = info.num_messages - 1 if info.metadata.HasField("num_messages_in_batch") else -1
+        topic_name = self.topic.topic_name
+        return MessageId(last.ledger_id, last.entry_id, topic_name.partition_index if topic_name.is_partition else -1,
+                         batch_index)
 
     def compacted_ledger_id(self) -> Optional[int]:
         """The compacted ledger in force as stored on the cursor (loaded or not)."""

@@ -25,7 +25,7 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 from broker.managed_ledger.api import Entry, Position
 from magnetar.errors import MagnetarError
-from magnetar.protocol import pb
+from magnetar.protocol.metadata import COMPRESSION_NONE, MessageMetadata
 from magnetar.protocol.batch import join_batch, split_batch
 from magnetar.protocol.compression import compress, decompress
 from magnetar.protocol.errors import ProtocolError
@@ -55,8 +55,8 @@ def _key_of(md) -> Optional[str]:
     return md.partition_key if md.HasField("partition_key") else None
 
 
-def _batch_payload(md: pb.MessageMetadata, payload: bytes) -> bytes:
-    if md.compression != pb.NONE:
+def _batch_payload(md: MessageMetadata, payload: bytes) -> bytes:
+    if md.compression != COMPRESSION_NONE:
         return decompress(md.compression, payload, md.uncompressed_size)
     return payload
 
@@ -73,7 +73,7 @@ def entry_messages(data: bytes) -> list[MessageRef]:
         if md.HasField("marker_type"):
             return []
         if not md.HasField("num_messages_in_batch"):
-            size = md.uncompressed_size if md.compression != pb.NONE else len(parsed.payload)
+            size = md.uncompressed_size if md.compression != COMPRESSION_NONE else len(parsed.payload)
             return [MessageRef(-1, _key_of(md), size == 0 or md.null_value)]
         items = split_batch(_batch_payload(md, parsed.payload), md.num_messages_in_batch)
     except ProtocolError as exc:
@@ -124,10 +124,10 @@ def compact_entry(position: Position, data: bytes, latest: LatestPerKey) -> tupl
         items = split_batch(_batch_payload(md, parsed.payload), md.num_messages_in_batch)
         kept = [(item.metadata, item.payload) for i, item in enumerate(items) if i in keep]
         payload = join_batch(kept)
-        new_md = pb.MessageMetadata()
+        new_md = MessageMetadata()
         new_md.CopyFrom(md)
         new_md.num_messages_in_batch = len(kept)
-        if md.compression != pb.NONE:
+        if md.compression != COMPRESSION_NONE:
             new_md.uncompressed_size = len(payload)
             payload = compress(md.compression, payload)
         return encode_entry(new_md, payload, broker_entry_metadata=parsed.broker_entry_metadata), len(kept)

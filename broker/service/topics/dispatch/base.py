@@ -46,12 +46,12 @@ import logging
 from typing import TYPE_CHECKING, Optional
 
 from broker.managed_ledger.api import Entry, Position
-from magnetar.protocol import pb
+from magnetar.protocol.metadata import MARKER_REPLICATED_SUBSCRIPTION_SNAPSHOT
 
 from ..entries import EntryInfo, entry_info, entry_payload, int_to_ack_set
 
 if TYPE_CHECKING:
-    from ...session.consumer import Consumer
+    from ..consumer import Consumer
     from ..subscription import Subscription
 
 log = logging.getLogger("broker.service.topics.dispatch.base")
@@ -235,7 +235,7 @@ class Dispatcher:
                 continue
             info = entry_info(entry.data)
             if info.marker:
-                if sub.replicated and info.metadata.marker_type == pb.REPLICATED_SUBSCRIPTION_SNAPSHOT:
+                if sub.replicated and info.metadata.marker_type == MARKER_REPLICATED_SUBSCRIPTION_SNAPSHOT:
                     sub.on_snapshot_marker(entry.position, info.metadata, entry_payload(entry.data))
                 sub.ack_marker(entry.position)
                 continue

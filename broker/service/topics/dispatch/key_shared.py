@@ -25,44 +25,44 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from broker.managed_ledger.api import Entry, Position
-from magnetar.protocol import pb
 
 from .shared import SharedDispatcher
 from ..entries import EntryInfo, sticky_key
 from ...errors import ConsumerAssignError
 from .key_ranges import AutoSplitSelector, SelectorError, StickySelector, key_hash
+from ..model import KeySharedMode, KeySharedSpec
 
 if TYPE_CHECKING:
-    from ...session.consumer import Consumer
+    from ..consumer import Consumer
 
 
 class KeySharedDispatcher(SharedDispatcher):
-    def __init__(self, subscription, meta: Optional[pb.KeySharedMeta]) -> None:
+    def __init__(self, subscription, meta: Optional[KeySharedSpec]) -> None:
         super().__init__(subscription)
-        self.mode = meta.keySharedMode if meta is not None else pb.AUTO_SPLIT
-        self.allow_out_of_order = bool(meta and meta.allowOutOfOrderDelivery)
-        self.selector = StickySelector() if self.mode == pb.STICKY else AutoSplitSelector()
+        self.mode = meta.mode if meta is not None else KeySharedMode.AUTO_SPLIT
+        self.allow_out_of_order = bool(meta and meta.allow_out_of_order)
+        self.selector = StickySelector() if self.mode == KeySharedMode.STICKY else AutoSplitSelector()
         self._hashes: dict[Position, int] = {}  # hashes of dispatched, unacknowledged positions
 
     # --------------------------------------------------------------------------------- consumers
 
     def check_consumer(self, consumer: "Consumer") -> None:
         meta = consumer.key_shared_meta
-        mode = meta.keySharedMode if meta is not None else pb.AUTO_SPLIT
+        mode = meta.mode if meta is not None else KeySharedMode.AUTO_SPLIT
         if self.consumers and mode != self.mode:
-            raise ConsumerAssignError(f"subscription uses Key_Shared mode {pb.KeySharedMode.Name(self.mode)}, "
-                                      f"not {pb.KeySharedMode.Name(mode)}")
+            raise ConsumerAssignError(f"subscription uses Key_Shared mode {KeySharedMode(self.mode).name}, "
+                                      f"not {KeySharedMode(mode).name}")
 
     def add_consumer(self, consumer: "Consumer") -> None:
         self.check_consumer(consumer)
         if not self.consumers:
             meta = consumer.key_shared_meta
-            self.mode = meta.keySharedMode if meta is not None else pb.AUTO_SPLIT
-            self.allow_out_of_order = bool(meta and meta.allowOutOfOrderDelivery)
-            self.selector = StickySelector() if self.mode == pb.STICKY else AutoSplitSelector()
+            self.mode = meta.mode if meta is not None else KeySharedMode.AUTO_SPLIT
+            self.allow_out_of_order = bool(meta and meta.allow_out_of_order)
+            self.selector = StickySelector() if self.mode == KeySharedMode.STICKY else AutoSplitSelector()
         try:
             if isinstance(self.selector, StickySelector):
-                ranges = [(r.start, r.end) for r in consumer.key_shared_meta.hashRanges]
+                ranges = list(consumer.key_shared_meta.hash_ranges)
                 self.selector.add(consumer, ranges)
             else:
                 self.selector.add(consumer, f"{consumer.name}#{consumer.consumer_id}@{id(consumer.connection)}")

@@ -35,7 +35,7 @@ from .base import Dispatcher, Next
 from ..entries import EntryInfo
 
 if TYPE_CHECKING:
-    from ...session.consumer import Consumer
+    from ..consumer import Consumer
 
 
 class ReplaySet:

@@ -17,16 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from broker.managed_ledger.api import Position
-from magnetar.protocol import pb
 
 from .active_consumer import choose_active
 from ..compaction.view import CompactedReadState, read_compacted
 from .base import Dispatcher, Next
+from ..model import SubType
 
 if TYPE_CHECKING:
-    from ...session.consumer import Consumer
-
-SubType = pb.CommandSubscribe.SubType
+    from ..consumer import Consumer
 
 
 class SingleActiveConsumerDispatcher(Dispatcher):

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Optional, Protocol, TypeVar
 
-from magnetar.protocol import pb
-
 from ..dispatch.active_consumer import choose_active
 from ..entries import sticky_key
 from ...errors import ConsumerAssignError
 from ..dispatch.key_ranges import AutoSplitSelector, SelectorError, StickySelector, key_hash
-
-SubType = pb.CommandSubscribe.SubType
+from ..model import KeySharedMode, KeySharedSpec, SubType
 
 
 class Receiver(Protocol):
@@ -43,7 +40,7 @@ class Receiver(Protocol):
     name: str
     consumer_id: int
     priority_level: int
-    key_shared_meta: Optional[pb.KeySharedMeta]
+    key_shared_meta: Optional[KeySharedSpec]
 
 
 C = TypeVar("C", bound=Receiver)
@@ -152,21 +149,21 @@ class SharedDispatch(Dispatch[C]):
 class KeySharedDispatch(Dispatch[C]):
     sub_type = SubType.Key_Shared
 
-    def __init__(self, ready: Callable[[C], bool], meta: Optional[pb.KeySharedMeta]) -> None:
+    def __init__(self, ready: Callable[[C], bool], meta: Optional[KeySharedSpec]) -> None:
         super().__init__(ready)
-        self.mode = meta.keySharedMode if meta is not None else pb.AUTO_SPLIT
-        self.selector = StickySelector() if self.mode == pb.STICKY else AutoSplitSelector()
+        self.mode = meta.mode if meta is not None else KeySharedMode.AUTO_SPLIT
+        self.selector = StickySelector() if self.mode == KeySharedMode.STICKY else AutoSplitSelector()
 
     def add(self, consumer: C) -> "Notifications":
         """Raises ConsumerAssignError: another Key_Shared mode, or STICKY ranges that overlap."""
         meta = consumer.key_shared_meta
-        mode = meta.keySharedMode if meta is not None else pb.AUTO_SPLIT
+        mode = meta.mode if meta is not None else KeySharedMode.AUTO_SPLIT
         if mode != self.mode:
-            raise ConsumerAssignError(f"subscription uses Key_Shared mode {pb.KeySharedMode.Name(self.mode)}, "
-                                      f"not {pb.KeySharedMode.Name(mode)}")
+            raise ConsumerAssignError(f"subscription uses Key_Shared mode {KeySharedMode(self.mode).name}, "
+                                      f"not {KeySharedMode(mode).name}")
         try:
             if isinstance(self.selector, StickySelector):
-                self.selector.add(consumer, [(r.start, r.end) for r in meta.hashRanges])
+                self.selector.add(consumer, list(meta.hash_ranges))
             else:
                 self.selector.add(consumer, f"{consumer.name}#{consumer.consumer_id}@{id(consumer)}")
         except SelectorError as exc:
@@ -188,7 +185,7 @@ class KeySharedDispatch(Dispatch[C]):
 
 
 def new_dispatch(sub_type: int, ready: Callable[[C], bool], *, partition_index: int = -1,
-                 key_shared_meta: Optional[pb.KeySharedMeta] = None) -> Dispatch[C]:
+                 key_shared_meta: Optional[KeySharedSpec] = None) -> Dispatch[C]:
     """The dispatch for a subscription whose first consumer asked for ``sub_type``. A Failover subscription
     on a topic that is not a partition counts as partition 0, as Pulsar's non-persistent one does (the
     same choice as -1: the first consumer by priority and name)."""

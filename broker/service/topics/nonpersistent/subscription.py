@@ -14,13 +14,12 @@ duplicates). No pending-acknowledgement state is kept: those clients never ackno
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from broker.managed_ledger.api import Position
-from magnetar.protocol import pb
+from broker.managed_ledger.api import Entry, Position
 
-from ...session import wire
-from ...session.consumer import Consumer
+from ..consumer import Consumer
+from ..model import AckedId, KeySharedMode, SubType
 from ...errors import ConsumerBusyError, ServiceNotReadyError
 from .dispatch import Dispatch, KeySharedDispatch, Offer, new_dispatch
 from ...stats import RateMeter
@@ -28,7 +27,9 @@ from ...stats import RateMeter
 if TYPE_CHECKING:
     from .topic import NonPersistentTopic
 
-SubType = pb.CommandSubscribe.SubType
+
+
+_NOTHING_STORED = Position(0, 0)  # the id Pulsar sends for a non-persistent message
 
 
 class _NoCursor:
@@ -52,9 +53,7 @@ def consumer_ready(consumer: Consumer) -> bool:
 def deliver(consumer: Consumer, offer: Offer) -> None:
     """Writes ``offer`` to ``consumer`` as one MESSAGE and counts it (permits, rates)."""
     data = offer.entry
-    header = wire.message_frame_header(consumer.consumer_id, 0, 0, len(data), consumer_epoch=consumer.consumer_epoch,
-                                       partition=consumer.partition_index)
-    consumer.connection.writelines([header, data])
+    consumer.connection.send_messages(consumer, [(Entry(_NOTHING_STORED, data), 0, ())])
     messages = offer.messages
     consumer.permits -= messages
     consumer.msg_out.record(messages)
@@ -93,7 +92,7 @@ class NonPersistentSubscription:
         return self.dispatcher.sub_type if self.dispatcher is not None else None
 
     def type_name(self) -> str:
-        return SubType.Name(self.sub_type) if self.sub_type is not None else "None"
+        return SubType(self.sub_type).name if self.sub_type is not None else "None"
 
     # --------------------------------------------------------------------------------- consumers
 
@@ -104,7 +103,7 @@ class NonPersistentSubscription:
         current = self.consumers
         if current and consumer.sub_type != self.sub_type:
             raise ConsumerBusyError(f"subscription {self.name!r} is of type {self.type_name()}, "
-                                    f"not {SubType.Name(consumer.sub_type)}")
+                                    f"not {SubType(consumer.sub_type).name}")
         if current and consumer.sub_type == SubType.Exclusive:
             raise ConsumerBusyError(f"exclusive consumer is already connected to subscription {self.name!r}")
         if not current:
@@ -150,9 +149,9 @@ class NonPersistentSubscription:
 
     # --------------------------------------------------------------------------------- accepted and ignored
 
-    def acknowledge(self, consumer: Consumer, ack: pb.CommandAck) -> None:
+    def acknowledge(self, consumer: Consumer, ids: Sequence[AckedId], *, cumulative: bool = False) -> None:
         """Nothing to acknowledge (pulsar-client does not even send acks for non-persistent topics)."""
-        consumer.msg_ack.record(len(ack.message_id))
+        consumer.msg_ack.record(len(ids))
         return None
 
     def redeliver(self, consumer: Consumer, ids) -> None:
@@ -225,7 +224,7 @@ class NonPersistentSubscription:
             "subscriptionProperties": {},
         }
         if isinstance(dispatcher, KeySharedDispatch):
-            out["keySharedMode"] = pb.KeySharedMode.Name(dispatcher.mode)
+            out["keySharedMode"] = KeySharedMode(dispatcher.mode).name
             for c, s in zip(consumers, cstats):
                 s["keyHashRanges"] = [f"[{a}, {b}]" for a, b in dispatcher.hash_ranges(c)]
         return out

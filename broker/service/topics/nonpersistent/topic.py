@@ -33,17 +33,17 @@ import logging
 import time
 from typing import TYPE_CHECKING, Optional
 
-from magnetar.protocol import pb
+from broker.managed_ledger.api import Position
+from magnetar.protocol.message_id import MessageId
 from magnetar.topic_name import TopicName
 
-from ...session import wire
 from ...policies.backlog_quota import QuotaType
-from ...session.consumer import Consumer
+from ..consumer import Consumer
 from ...errors import NotAllowedError, ServiceNotReadyError, TopicBusyError, topic_not_ready
 from ...latency import WriteLatency
 from .dispatch import Offer
 from .subscription import NonPersistentSubscription
-from ...session.producer import Producer
+from ..model import SubscribeRequest
 from ...stats import RateMeter
 from ...policies.throttle import TopicRateLimits
 from ..common import TopicCommon, TopicState
@@ -51,14 +51,13 @@ from ..common import TopicCommon, TopicState
 if TYPE_CHECKING:
     from config_store.models import Policies
 
-    from ...session.connection import Connection
+    from ..api import ConsumerSink, TopicProducer as Producer
     from ...service import BrokerService
 
 log = logging.getLogger("broker.service.nonpersistent")
 
-SubType = pb.CommandSubscribe.SubType
 INACTIVE_UNLOAD_S = 60.0  # Pulsar: brokerDeleteInactiveTopicsMaxInactiveDurationSeconds default
-_U64 = 1 << 64
+_NOTHING_STORED = Position(0, 0)  # the id Pulsar answers for a non-persistent message
 
 
 class NoBacklogQuota:
@@ -148,36 +147,37 @@ class NonPersistentTopic(TopicCommon):
     async def ensure_subscription(self, name: str) -> None:
         """A producer's ``initial_subscription_name``: subscriptions exist only with consumers here."""
 
-    def publish(self, producer: Producer, send: pb.CommandSend, entry: bytes) -> None:
+    def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
+                num_messages: int, marker: bool = False) -> None:
         """Offers the entry to every subscription now and answers the receipt ``(0, 0)`` at once."""
-        seq = send.sequence_id
-        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+        seq = sequence_id
+        highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(topic_not_ready(self.name, self.state.value))
             producer.track(seq, highest, fut)
             return
         started = time.perf_counter()
-        messages = max(send.num_messages, 1)
+        messages = max(num_messages, 1)
         size = len(entry)
         self._count_published(producer, messages, size)
         self.entries_added += 1
-        if send.num_messages > 1:
+        if num_messages > 1:
             self.batch_published = True
         if self.subscriptions:
             offer = Offer(entry, messages)
             for sub in list(self.subscriptions.values()):
                 sub.dispatch(offer)
-        producer.connection.write(wire.send_receipt_frame(producer.producer_id, seq, 0, 0,
-                                                          highest_sequence_id=highest))
-        self.write_latency.record(time.perf_counter() - started)
+        stored = asyncio.get_running_loop().create_future()
+        stored.set_result(_NOTHING_STORED)
+        producer.track(seq, highest, stored, started=started)  # the receipt counts the dispatch as the write
 
     def on_publish_failure(self, error) -> None:
         """Nothing is written, so no failure needs the topic reopened."""
 
     # --------------------------------------------------------------------------------- subscriptions
 
-    async def subscribe(self, connection: "Connection", cmd: pb.CommandSubscribe, consumer_name: str) -> Consumer:
+    async def subscribe(self, request: SubscribeRequest, sink: "ConsumerSink") -> Consumer:
         """Attaches a consumer, creating its subscription if this is its first consumer.
 
         Raises:
@@ -185,19 +185,17 @@ class NonPersistentTopic(TopicCommon):
             ServiceNotReadyError.
         """
         self.check_active()
-        name = cmd.subscription
+        name = request.subscription
         if not name:
             raise NotAllowedError("the subscription name is empty")
-        if cmd.read_compacted:
+        if request.read_compacted:
             raise NotAllowedError("readCompacted only valid on persistent topics")
         sub = self.subscriptions.get(name)
         if sub is None:
             sub = self.subscriptions[name] = NonPersistentSubscription(self, name)
-        meta = cmd.keySharedMeta if cmd.HasField("keySharedMeta") else None
-        consumer = Consumer(sub, connection, cmd.consumer_id, consumer_name, sub_type=cmd.subType,
-                            priority_level=cmd.priority_level, metadata={kv.key: kv.value for kv in cmd.metadata},
-                            key_shared_meta=meta,
-                            consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
+        consumer = Consumer(sub, sink, request.consumer_id, request.consumer_name, sub_type=request.sub_type,
+                            priority_level=request.priority_level, metadata=request.metadata,
+                            key_shared_meta=request.key_shared, consumer_epoch=request.consumer_epoch,
                             max_unacked_messages=0)
         try:
             sub.add_consumer(consumer)
@@ -245,13 +243,10 @@ class NonPersistentTopic(TopicCommon):
     async def expire(self, sub_name: str, seconds: float) -> int:
         raise NotAllowedError("Expire message by timestamp is not supported for non-persistent topic.")
 
-    async def last_message_id(self) -> pb.MessageIdData:
+    async def last_message_id(self) -> MessageId:
         """GET_LAST_MESSAGE_ID: nothing is stored, so ``(-1, -1)``: pulsar-client's ``has_message_available()``
         answers False. (Pulsar's broker fails the command instead: getLastPosition is unsupported.)"""
-        mid = pb.MessageIdData(ledgerId=_U64 - 1, entryId=_U64 - 1)
-        if self.topic_name.is_partition:
-            mid.partition = self.topic_name.partition_index
-        return mid
+        return MessageId(-1, -1, self.topic_name.partition_index if self.topic_name.is_partition else -1)
 
     async def terminate(self):
         raise NotAllowedError(f"topic {self.name} is non-persistent: termination is not allowed")

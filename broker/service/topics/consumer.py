@@ -1,58 +1,34 @@
-"""A consumer: one client-side consumer attached to a subscription over one connection.
+"""A consumer: one client-side consumer attached to a subscription, as topic code keeps it.
 
 It owns the flow-control state (permits granted by FLOW, counted in messages, so a batched entry of n
 messages takes n permits and may drive them negative as in Pulsar), the pending acknowledgements (entries
 sent and not yet acknowledged, with their message counts, so a disconnect or a REDELIVER can hand them
-back) and the counters behind its stats. It writes MESSAGE frames itself, splicing the stored entry
-behind a hand-encoded header (``wire.message_frame_header``) in one vectored write.
-
-REACHED_END_OF_TOPIC goes only to clients that handle it (``peer_handles_end_of_topic``). Pulsar sends it to
-every client speaking protocol v9 or later, but the C++ core that pulsar-client (Python, C++, Node.js) wraps
-has never had a case for it: ``ClientConnection::handleIncomingCommand`` (pulsar-client-cpp v4.2.0,
-lib/ClientConnection.cc:991-993) falls through to ``default``, logs "Received invalid message from server"
-and closes the connection; pulsar-client-go's ``connection.receivedCommand`` does the same ("Received invalid
-command type"). Their consumers then reconnect, the new consumer is again at the end, is told again, and so
-on (pulsar-client: every 100 ms, its first reconnection delay). Those clients simply wait at the end; their
-readers learn it from GET_LAST_MESSAGE_ID (``has_message_available()`` is False).
+back) and the counters behind its stats. What reaches the client goes through its :class:`~.api.ConsumerSink`
+(the session's connection): MESSAGE frames, active-consumer changes, the end of a terminated topic, the
+broker closing the consumer. Nothing here knows the protocol's commands.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from broker.managed_ledger.api import Entry, Position
-from magnetar.protocol import encode_command, pb, wrap
 
-from . import wire
 from ..stats import RateMeter, iso_now
+from .model import KeySharedSpec, SubType
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from ..topics.subscription import Subscription
-
-SubType = pb.CommandSubscribe.SubType
-
-_END_OF_TOPIC_MIN_PROTOCOL = 9  # the protocol version that added REACHED_END_OF_TOPIC
-# CONNECT client_version prefixes of official clients that close the connection on REACHED_END_OF_TOPIC
-# (see the module docstring): the C++ core ("Pulsar-CPP-v4.2.0", also under Python and Node.js) and Go.
-_CLIENTS_WITHOUT_END_OF_TOPIC = ("Pulsar-CPP-v", "Pulsar Go ")
-
-
-def peer_handles_end_of_topic(client_version: str, protocol_version: int) -> bool:
-    """Whether a client that announced ``client_version`` / ``protocol_version`` in CONNECT may be sent
-    REACHED_END_OF_TOPIC: as Pulsar, protocol v9 or later, except the clients known to drop the connection
-    on it (the Java client and Magnetar's own handle it)."""
-    return protocol_version >= _END_OF_TOPIC_MIN_PROTOCOL and not client_version.startswith(
-        _CLIENTS_WITHOUT_END_OF_TOPIC)
+    from .api import ConsumerSink
+    from .subscription import Subscription
 
 
 class Consumer:
     """See the module docstring. Created by the SUBSCRIBE handler, attached by ``Subscription.add_consumer``."""
 
-    def __init__(self, subscription: "Subscription", connection: "Connection", consumer_id: int, name: str, *,
-                 sub_type: int, priority_level: int = 0, metadata: Optional[dict[str, str]] = None,
-                 key_shared_meta: Optional[pb.KeySharedMeta] = None, consumer_epoch: Optional[int] = None,
+    def __init__(self, subscription: "Subscription", connection: "ConsumerSink", consumer_id: int, name: str, *,
+                 sub_type: SubType, priority_level: int = 0, metadata: Optional[Mapping[str, str]] = None,
+                 key_shared_meta: Optional[KeySharedSpec] = None, consumer_epoch: Optional[int] = None,
                  max_unacked_messages: int = 0) -> None:
         self.subscription = subscription
         self.connection = connection
@@ -62,7 +38,7 @@ class Consumer:
         self.name = name
         self.sub_type = sub_type
         self.priority_level = priority_level
-        self.metadata = metadata or {}
+        self.metadata = dict(metadata or {})
         self.key_shared_meta = key_shared_meta
         self.consumer_epoch = consumer_epoch
         self.max_unacked_messages = max_unacked_messages
@@ -108,37 +84,28 @@ class Consumer:
     # --------------------------------------------------------------------------------- sending
 
     def send_entries(self, items: Iterable[tuple[Entry, int, int, Sequence[int]]]) -> int:
-        """Writes one MESSAGE per ``(entry, message_count, redelivery_count, ack_set_words)``; returns the
-        number of messages sent. Entries are recorded as pending acknowledgement."""
-        frames: list[bytes] = []
+        """Sends one MESSAGE per ``(entry, message_count, redelivery_count, ack_set_words)`` through the sink;
+        returns the number of messages sent. Entries are recorded as pending acknowledgement."""
+        out: list[tuple[Entry, int, Sequence[int]]] = []
         messages = 0
         size = 0
-        entries = 0
-        cid = self.consumer_id
-        epoch = self.consumer_epoch
         pending = self.pending_acks
-        partition = self.partition_index
         for entry, count, redeliveries, ack_set in items:
             pos = entry.position
-            data = entry.data
-            frames.append(wire.message_frame_header(cid, pos.ledger_id, pos.entry_id, len(data),
-                                                    redelivery_count=redeliveries, ack_set=ack_set,
-                                                    consumer_epoch=epoch, partition=partition))
-            frames.append(data)
+            out.append((entry, redeliveries, ack_set))
             if pos not in pending:
                 self.unacked_messages += count
             pending[pos] = count
             messages += count
-            size += len(data)
-            entries += 1
-        if not frames:
+            size += len(entry.data)
+        if not out:
             return 0
         self.permits -= messages
-        self.connection.writelines(frames)
+        self.connection.send_messages(self, out)
         self.msg_out.record(messages)
         self.bytes_out.record(size)
         self.last_consumed_ms = int(time.time() * 1000)
-        self.avg_messages_per_entry = 0.9 * self.avg_messages_per_entry + 0.1 * (messages / entries)
+        self.avg_messages_per_entry = 0.9 * self.avg_messages_per_entry + 0.1 * (messages / len(out))
         if self.individual_ack_mode and self.max_unacked_messages and \
                 self.unacked_messages >= self.max_unacked_messages:
             self.blocked = True
@@ -197,13 +164,12 @@ class Consumer:
 
     def notify_active(self, active: bool) -> None:
         self.is_active = active
-        self.connection.write(encode_command(wrap(pb.CommandActiveConsumerChange(
-            consumer_id=self.consumer_id, is_active=active))))
+        self.connection.notify_active(self, active)
 
     def reached_end(self) -> bool:
         """The topic is terminated and this consumer's subscription has nothing left to deliver: marks it, and
-        sends REACHED_END_OF_TOPIC if the client handles it (``peer_handles_end_of_topic``). Once per consumer:
-        returns whether this call was the first.
+        tells the client if it handles it (the sink decides, see ``session.consumer_endpoints``). Once per
+        consumer: returns whether this call was the first.
 
         Not before the consumer's first FLOW (returns False; its FLOW wakes the dispatcher to ask again): a
         client may drop a notification that arrives while it is still waiting for the SUBSCRIBE answer, or in
@@ -212,19 +178,13 @@ class Consumer:
         if self.reached_end_of_topic or self.closed or not self.flow_seen:
             return False
         self.reached_end_of_topic = True
-        conn = self.connection
-        if peer_handles_end_of_topic(conn.client_version, conn.protocol_version):
-            conn.write(encode_command(wrap(pb.CommandReachedEndOfTopic(consumer_id=self.consumer_id))))
-            self.end_of_topic_notified = True
+        self.end_of_topic_notified = self.connection.notify_end_of_topic(self)
         return True
 
     def notify_closed(self) -> None:
         """Tells the client its consumer is closed by the broker (it reconnects and looks the topic up)."""
         self.closed = True
-        if self.connection.consumers.get(self.consumer_id) is self:
-            self.connection.forget_consumer(self.consumer_id, self)
-            self.connection.write(encode_command(wrap(pb.CommandCloseConsumer(
-                consumer_id=self.consumer_id, request_id=0))))
+        self.connection.notify_consumer_closed(self)
 
     # --------------------------------------------------------------------------------- stats
 
