@@ -37,6 +37,7 @@ from broker.managed_ledger.api import InitialPosition, ManagedCursor, Position
 from broker.service.topics.dedup import SOURCE_POSITION_PROPERTY, origin_sequence_id
 from broker.service.topics.replication import REPLICATOR_CURSOR_PREFIX
 from broker.service.stats import RateMeter
+from broker.service.topics.stats import ReplicatorStats
 from magnetar.protocol import pb
 from magnetar.protocol.client import Backoff, HandlerState
 from magnetar.protocol.frames import parse_entry
@@ -291,19 +292,16 @@ class Replicator:
         self.msg_out.tick()
         self.bytes_out.tick()
 
-    def stats(self) -> dict:
-        """Pulsar's ``ReplicatorStats`` (outbound side; the topic adds the inbound rates)."""
-        return {
-            "msgRateOut": self.msg_out.rate(),
-            "msgThroughputOut": self.bytes_out.rate(),
-            "msgOutCounter": self.msg_out.total,
-            "bytesOutCounter": self.bytes_out.total,
-            "msgRateExpired": 0.0,
-            "replicationBacklog": self.backlog(),
-            "connected": self.connected,
-            "replicationDelayInSeconds": round(self.delay_s(), 3),
-            "outboundConnection": self.connected,
-            "outboundConnectedSince": self.connected_since or "",
-            "inboundConnection": False,
-            "lastError": self.last_error,
-        }
+    def stats(self) -> ReplicatorStats:
+        """The outbound side of Pulsar's ``ReplicatorStats`` (the topic adds the inbound side)."""
+        return ReplicatorStats(
+            msg_rate_out=self.msg_out.rate(),
+            msg_throughput_out=self.bytes_out.rate(),
+            msg_out_counter=self.msg_out.total,
+            bytes_out_counter=self.bytes_out.total,
+            replication_backlog=self.backlog(),
+            connected=self.connected,
+            replication_delay_s=round(self.delay_s(), 3),
+            outbound_connected_since=self.connected_since or "",
+            last_error=self.last_error,
+        )

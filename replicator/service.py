@@ -27,6 +27,7 @@ from .replicator import Replicator
 from .snapshots import ReplicatedSubscriptionsController
 
 if TYPE_CHECKING:
+    from broker.service.topics.stats import ReplicatorStats
     from config_store import ConfigurationStore
 
 log = logging.getLogger("replicator.service")
@@ -124,7 +125,7 @@ class TopicReplicators:
         for replicator in self.replicators.values():
             replicator.tick()
 
-    def stats(self) -> dict[str, dict]:
+    def stats(self) -> dict[str, "ReplicatorStats"]:
         return {remote: r.stats() for remote, r in sorted(self.replicators.items())}
 
     async def close(self) -> None:

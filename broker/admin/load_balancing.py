@@ -93,7 +93,7 @@ async def topics_stats(request: web.Request) -> web.Response:
         if bundle is None:
             continue
         try:
-            stats = topic.stats()
+            stats = topic.stats().to_json()
         except Exception:  # closing under us
             continue
         domain = name.split("://", 1)[0]

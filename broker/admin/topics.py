@@ -157,7 +157,7 @@ async def unload_topic(request: web.Request) -> web.Response:
 @routes.get(T + "/{topic}/stats")
 async def topic_stats(request: web.Request) -> web.Response:
     _, _, served = await _served_topic(request)
-    return web.json_response(await _maybe_await(served.stats()))
+    return web.json_response(served.stats().to_json())
 
 
 @routes.get(T + "/{topic}/internalStats")

@@ -1,7 +1,10 @@
 """Prometheus series of the service, under Apache Pulsar's own names and labels.
 
 One collector reads the live topics at scrape time (the hot path only bumps plain counters: publish
-latency ranges, see ``latency.py``). Topic series carry ``cluster``, ``namespace``, ``topic``;
+latency ranges, see ``latency.py``): each topic builds its typed stats snapshot (``topics/stats.py``, the
+same the admin REST API renders as JSON) and the series are read from its attributes; what only the metrics
+show (write latency ranges, backlog evictions, publish throttlings since load) is read from the topic's own
+counters. Topic series carry ``cluster``, ``namespace``, ``topic``;
 subscription series add ``subscription``; connection series and the broker-wide publish latency
 histogram carry ``cluster`` only. Registered only
 into the registry given to ``BrokerService`` (tests pass a fresh one; None registers nothing).
@@ -9,13 +12,14 @@ into the registry given to ``BrokerService`` (tests pass a fresh one; None regis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .policies.backlog_quota import QuotaType
 from .latency import WRITE_LATENCY_SUFFIXES
+from .topics.stats import DispatchThrottleStats, ReplicationStats, TopicStats
 
 if TYPE_CHECKING:
     from .service import BrokerService
@@ -25,33 +29,40 @@ _SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
 _REPL_LABELS = ["cluster", "namespace", "topic", "remote_cluster"]
 _QUOTA_LABELS = ["cluster", "namespace", "topic", "quota_type"]
 _THROTTLE_LABELS = ["cluster", "namespace", "topic", "subscription", "reason"]
-# Pulsar's dispatch throttling series (reason: the limit that throttled): (metric, help, dimension of the stats)
-_DISPATCH_THROTTLED_SERIES = (
+# Pulsar's dispatch throttling series (reason: the level of the limit that throttled):
+# (metric, help, {reason: the count in DispatchThrottleStats})
+_DISPATCH_THROTTLED_SERIES: tuple[tuple[str, str, dict[str, Callable[[DispatchThrottleStats], int]]], ...] = (
     ("pulsar_subscription_dispatch_throttled_msg_events", "Times a dispatch rate's message limit throttled the "
-     "subscription, by the limit's level", "Msg"),
+     "subscription, by the limit's level", {"subscription": lambda d: d.msg_events_by_subscription_limit,
+                                            "topic": lambda d: d.msg_events_by_topic_limit}),
     ("pulsar_subscription_dispatch_throttled_bytes_events", "Times a dispatch rate's byte limit throttled the "
-     "subscription, by the limit's level", "Bytes"),
+     "subscription, by the limit's level", {"subscription": lambda d: d.bytes_events_by_subscription_limit,
+                                            "topic": lambda d: d.bytes_events_by_topic_limit}),
 )
-# Pulsar's backlog quota series: (metric, help, key of the topic stats)
-_BACKLOG_QUOTA_SERIES = (
-    ("pulsar_storage_backlog_size", "Estimated bytes of the largest subscription backlog", "backlogSize"),
+_NO_THROTTLING = DispatchThrottleStats()  # a subscription no dispatch rate limit applies to
+# Pulsar's backlog quota series: (metric, help, value from the topic's stats)
+_BACKLOG_QUOTA_SERIES: tuple[tuple[str, str, Callable[[TopicStats], float]], ...] = (
+    ("pulsar_storage_backlog_size", "Estimated bytes of the largest subscription backlog",
+     lambda t: t.backlog_size_bytes),
     ("pulsar_storage_backlog_quota_limit", "Size limit of the backlog quota (bytes; -1: none)",
-     "backlogQuotaLimitSize"),
+     lambda t: t.backlog_quota.limit_size_bytes),
     ("pulsar_storage_backlog_quota_limit_time", "Age limit of the backlog quota (seconds; -1: none)",
-     "backlogQuotaLimitTime"),
+     lambda t: t.backlog_quota.limit_time_s),
     ("pulsar_storage_backlog_age_seconds", "Age of the oldest unacknowledged message of the slowest subscription",
-     "oldestBacklogMessageAgeSeconds"),
+     lambda t: t.backlog_quota.oldest_backlog_message_age_s),
 )
-# Pulsar's replication series: (metric, help, key of the topic stats' replication section)
-_REPLICATION_SERIES = (
-    ("pulsar_replication_rate_in", "Messages/s received from the remote cluster", "msgRateIn"),
-    ("pulsar_replication_rate_out", "Messages/s sent to the remote cluster", "msgRateOut"),
-    ("pulsar_replication_throughput_in", "Bytes/s received from the remote cluster", "msgThroughputIn"),
-    ("pulsar_replication_throughput_out", "Bytes/s sent to the remote cluster", "msgThroughputOut"),
-    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster", "replicationBacklog"),
+# Pulsar's replication series: (metric, help, value from one remote cluster's replication stats)
+_REPLICATION_SERIES: tuple[tuple[str, str, Callable[[ReplicationStats], float]], ...] = (
+    ("pulsar_replication_rate_in", "Messages/s received from the remote cluster", lambda r: r.msg_rate_in),
+    ("pulsar_replication_rate_out", "Messages/s sent to the remote cluster", lambda r: r.msg_rate_out),
+    ("pulsar_replication_throughput_in", "Bytes/s received from the remote cluster", lambda r: r.msg_throughput_in),
+    ("pulsar_replication_throughput_out", "Bytes/s sent to the remote cluster", lambda r: r.msg_throughput_out),
+    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster",
+     lambda r: r.replication_backlog),
     ("pulsar_replication_delay_in_seconds", "Age of the oldest entry not yet replicated",
-     "replicationDelayInSeconds"),
-    ("pulsar_replication_connected_count", "1 when the replicator is connected to the remote cluster", "connected"),
+     lambda r: r.replication_delay_s),
+    ("pulsar_replication_connected_count", "1 when the replicator is connected to the remote cluster",
+     lambda r: r.connected),
 )
 
 
@@ -121,46 +132,46 @@ class ServiceCollector(Collector):
             except Exception:
                 continue
             labels = [svc.cluster_name, topic.topic_name.namespace, name]
-            subs = st["subscriptions"]
-            g["pulsar_rate_in"].add_metric(labels, st["msgRateIn"])
-            g["pulsar_rate_out"].add_metric(labels, st["msgRateOut"])
-            g["pulsar_throughput_in"].add_metric(labels, st["msgThroughputIn"])
-            g["pulsar_throughput_out"].add_metric(labels, st["msgThroughputOut"])
-            g["pulsar_storage_size"].add_metric(labels, st["storageSize"])
-            g["pulsar_msg_backlog"].add_metric(labels, sum(x["msgBacklog"] for x in subs.values()))
-            g["pulsar_producers_count"].add_metric(labels, len(st["publishers"]))
-            g["pulsar_consumers_count"].add_metric(labels, sum(len(x["consumers"]) for x in subs.values()))
+            subs = st.subscriptions
+            g["pulsar_rate_in"].add_metric(labels, st.msg_rate_in)
+            g["pulsar_rate_out"].add_metric(labels, st.msg_rate_out)
+            g["pulsar_throughput_in"].add_metric(labels, st.msg_throughput_in)
+            g["pulsar_throughput_out"].add_metric(labels, st.msg_throughput_out)
+            g["pulsar_storage_size"].add_metric(labels, st.storage_size_bytes)
+            g["pulsar_msg_backlog"].add_metric(labels, st.msg_backlog)
+            g["pulsar_producers_count"].add_metric(labels, len(st.publishers))
+            g["pulsar_consumers_count"].add_metric(labels, st.consumer_count)
             g["pulsar_subscriptions_count"].add_metric(labels, len(subs))
-            g["pulsar_average_msg_size"].add_metric(labels, st["averageMsgSize"])
-            in_msgs.add_metric(labels, st["msgInCounter"])
+            g["pulsar_average_msg_size"].add_metric(labels, st.average_msg_size)
+            in_msgs.add_metric(labels, st.msg_in_counter)
             wl = topic.write_latency
             for suffix, n in zip(WRITE_LATENCY_SUFFIXES, wl.buckets):
                 lat[suffix].add_metric(labels, n)
             lat["count"].add_metric(labels, wl.count)
             lat["sum"].add_metric(labels, wl.sum_ms)
-            in_bytes.add_metric(labels, st["bytesInCounter"])
-            publish_limited.add_metric(labels, st.get("publishRateLimitedTimes", 0))
+            in_bytes.add_metric(labels, st.bytes_in_counter)
+            publish_limited.add_metric(labels, st.publish_rate_limited_times)
             publish_limited_total.add_metric(labels, topic.rate_limits.publish_rate_limited_total)
-            for metric, _, key in _BACKLOG_QUOTA_SERIES:
-                q[metric].add_metric(labels, st[key])
+            for metric, _, value in _BACKLOG_QUOTA_SERIES:
+                q[metric].add_metric(labels, value(st))
             for quota_type in QuotaType:
                 evictions.add_metric(labels + [quota_type.label], topic.backlog_quota.evictions[quota_type])
-            for remote, x in st["replication"].items():
+            for remote, x in st.replication.items():
                 rl = labels + [remote]
-                for metric, _, key in _REPLICATION_SERIES:
-                    r[metric].add_metric(rl, float(x.get(key, 0) or 0))
+                for metric, _, value in _REPLICATION_SERIES:
+                    r[metric].add_metric(rl, float(value(x)))
             for sub_name, x in subs.items():
                 sl = labels + [sub_name]
-                s["pulsar_subscription_back_log"].add_metric(sl, x["msgBacklog"])
-                s["pulsar_subscription_msg_rate_out"].add_metric(sl, x["msgRateOut"])
-                s["pulsar_subscription_msg_throughput_out"].add_metric(sl, x["msgThroughputOut"])
-                s["pulsar_subscription_msg_rate_redeliver"].add_metric(sl, x["msgRateRedeliver"])
-                s["pulsar_subscription_unacked_messages"].add_metric(sl, x["unackedMessages"])
-                s["pulsar_subscription_consumers_count"].add_metric(sl, len(x["consumers"]))
-                for metric, _, dim in _DISPATCH_THROTTLED_SERIES:
-                    for reason in ("subscription", "topic"):
-                        key = f"dispatchThrottled{dim}EventsBy{reason.capitalize()}Limit"
-                        throttled[metric].add_metric(sl + [reason], x.get(key, 0))
+                s["pulsar_subscription_back_log"].add_metric(sl, x.msg_backlog)
+                s["pulsar_subscription_msg_rate_out"].add_metric(sl, x.msg_rate_out)
+                s["pulsar_subscription_msg_throughput_out"].add_metric(sl, x.msg_throughput_out)
+                s["pulsar_subscription_msg_rate_redeliver"].add_metric(sl, x.msg_rate_redeliver)
+                s["pulsar_subscription_unacked_messages"].add_metric(sl, x.unacked_messages)
+                s["pulsar_subscription_consumers_count"].add_metric(sl, x.consumer_count)
+                throttling = x.dispatch_throttling or _NO_THROTTLING
+                for metric, _, by_reason in _DISPATCH_THROTTLED_SERIES:
+                    for reason, count in by_reason.items():
+                        throttled[metric].add_metric(sl + [reason], count(throttling))
         yield from g.values()
         yield in_msgs
         yield in_bytes

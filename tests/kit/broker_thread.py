@@ -204,7 +204,7 @@ class BrokerThread:
     def stats(self, name: str) -> dict:
         async def get() -> dict:
             topic = await self.service.get_topic(name, create=False)
-            return topic.stats() if topic else {}
+            return topic.stats().to_json() if topic else {}
         return self.run(get)
 
     def set_policies(self, namespace: str, policies: Policies) -> None:

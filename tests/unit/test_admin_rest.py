@@ -20,6 +20,7 @@ from broker.admin.keys import CONTEXT
 from broker.lookup_http import routes as lookup_routes
 from broker.managed_ledger.api import Position
 from broker.ownership import BundleOwnership
+from broker.service.topics.stats import ConsumerStats, PublisherStats, SubscriptionStats, TopicStats
 from config_store import ConfigurationStore, MemoryMetadataStore, MemoryTree, RegionStore
 from magnetar.topic_name import TopicName
 
@@ -28,7 +29,7 @@ class FakeSubscription:
     def __init__(self, topic: "FakeTopic", position: Any) -> None:
         self.topic = topic
         self.position = position
-        self.consumers: list[dict] = []
+        self.consumers: list[str] = []  # consumer names
 
     async def mark_delete_up_to(self, position: Position) -> None:
         self.topic.calls.append(("mark_delete", position))
@@ -45,10 +46,12 @@ class FakeTopic:
         self.calls: list[tuple] = []
         self.ml = FakeLedger()
 
-    def stats(self) -> dict:
-        return {"msgRateIn": 1.5, "msgInCounter": 10, "storageSize": 100, "publishers": [{"producerName": self.name}],
-                "subscriptions": {s: {"msgBacklog": 3, "type": "Exclusive", "consumers": sub.consumers}
-                                  for s, sub in self.subscriptions.items()}}
+    def stats(self) -> TopicStats:
+        return TopicStats(msg_rate_in=1.5, msg_in_counter=10, storage_size_bytes=100,
+                          publishers=(PublisherStats(producer_id=1, producer_name=self.name, access_mode="Shared"),),
+                          subscriptions={s: SubscriptionStats(type="Exclusive", msg_backlog=3, consumers=tuple(
+                              ConsumerStats(consumer_name=c) for c in sub.consumers))
+                                         for s, sub in self.subscriptions.items()})
 
     def internal_stats(self) -> dict:
         return {"entriesAddedCounter": 10, "ledgers": [], "cursors": {}}
@@ -557,7 +560,7 @@ async def test_subscription_calls_on_a_partitioned_topic_reach_every_partition(n
     assert calls() == [c + [("reset", "audit", None, 1700000000000), ("mark_delete", Position(7, 9)),
                             ("expire", "audit", 60)] for c in before]
 
-    partitions()[1].subscriptions["audit"].consumers.append({"consumerName": "c"})
+    partitions()[1].subscriptions["audit"].consumers.append("c")
     got, answer = await call(http, "DELETE", sub)
     assert got == 412 and answer["reason"] == "Subscription has active connected consumers"
     assert all("audit" in t.subscriptions for t in partitions())

@@ -151,21 +151,20 @@ def limits_for(rates: Rates) -> tuple[TopicRateLimits, Clock]:
 
 def test_dispatch_throttling_is_counted_by_limit_and_dimension() -> None:
     limits, clock = limits_for(Rates(None, DispatchRate(-1, 1000), DispatchRate(10)))
-    assert limits.dispatch_allowance("s", 5) == 5 and limits.throttle_stats("s")[
-        "dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
+    assert limits.dispatch_allowance("s", 5) == 5 and limits.throttle_stats("s").msg_events_by_subscription_limit == 0
     assert limits.dispatch_allowance("s", 50) == 10  # the subscription's 10 messages cut the read short
     limits.dispatched("s", 10, 2000)  # both limits spent (the byte limit in debt)
     assert limits.dispatch_wait_s("s") > 0
     stats = limits.throttle_stats("s")
-    assert stats == {"dispatchThrottledMsgEventsBySubscriptionLimit": 2,
-                     "dispatchThrottledBytesEventsBySubscriptionLimit": 0,
-                     "dispatchThrottledMsgEventsByTopicLimit": 0, "dispatchThrottledBytesEventsByTopicLimit": 1,
-                     "dispatchThrottledMsgEventsByBrokerLimit": 0, "dispatchThrottledBytesEventsByBrokerLimit": 0}
-    assert limits.throttle_stats("other")["dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
+    assert stats.to_json() == {
+        "dispatchThrottledMsgEventsBySubscriptionLimit": 2, "dispatchThrottledBytesEventsBySubscriptionLimit": 0,
+        "dispatchThrottledMsgEventsByTopicLimit": 0, "dispatchThrottledBytesEventsByTopicLimit": 1,
+        "dispatchThrottledMsgEventsByBrokerLimit": 0, "dispatchThrottledBytesEventsByBrokerLimit": 0}
+    assert limits.throttle_stats("other").msg_events_by_subscription_limit == 0
     clock.now = 5.0  # refilled: nothing held back, nothing counted
     assert limits.dispatch_wait_s("s") == 0.0 and limits.throttle_stats("s") == stats
     limits.forget("s")
-    assert limits.throttle_stats("s")["dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
+    assert limits.throttle_stats("s").msg_events_by_subscription_limit == 0
 
 
 def test_lifting_the_limits_stops_the_counting() -> None:

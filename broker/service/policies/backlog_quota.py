@@ -40,6 +40,7 @@ from config_store.models import BACKLOG_QUOTA_POLICIES, BacklogQuota
 
 from ..errors import ProducerBlockedQuotaExceededError, ProducerBlockedQuotaExceededException
 from .periodic import PeriodicCheck
+from .stats import BacklogQuotaStats
 
 if TYPE_CHECKING:
     from .subjects import PolicySubscription as Subscription, PolicyTopic as Topic
@@ -308,8 +309,8 @@ class TopicBacklogQuota:
 
     # --------------------------------------------------------------------------------- stats
 
-    def stats(self) -> dict:
-        """Pulsar's topic-stats fields; the age is as of the last read of the oldest entry (-1: unknown)."""
+    def stats(self) -> BacklogQuotaStats:
+        """The quotas in force and the oldest backlog, as of the last read of the oldest entry (-1: unknown)."""
         oldest = self._oldest
         sub = self._slowest()
         if sub is None:
@@ -318,12 +319,9 @@ class TopicBacklogQuota:
             age, name = int(age_of(oldest.publish_time_ms, _now_ms())), oldest.subscription
         else:
             age, name = -1, sub.name
-        return {
-            "backlogQuotaLimitSize": self.quota(QuotaType.SIZE).limit_size_bytes,
-            "backlogQuotaLimitTime": self.quota(QuotaType.AGE).limit_time_s,
-            "oldestBacklogMessageAgeSeconds": age,
-            "oldestBacklogMessageSubscriptionName": name,
-        }
+        return BacklogQuotaStats(limit_size_bytes=self.quota(QuotaType.SIZE).limit_size_bytes,
+                                 limit_time_s=self.quota(QuotaType.AGE).limit_time_s,
+                                 oldest_backlog_message_age_s=age, oldest_backlog_message_subscription_name=name)
 
 
 # ---------------------------------------------------------------------------------------------- the broker's check

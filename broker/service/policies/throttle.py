@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from . import rate_policy
 from .rate_limit import RateLimiter
+from .stats import DispatchThrottleStats
 
 if TYPE_CHECKING:
     from config_store.models import DispatchRate, PublishRate
@@ -35,9 +36,6 @@ if TYPE_CHECKING:
     from .subjects import ReadPauser
 
 log = logging.getLogger("broker.service.policies.throttle")
-# Pulsar's SubscriptionStats names for dispatch throttling events, by limit and dimension
-_THROTTLE_STATS = tuple(f"dispatchThrottled{dim}EventsBy{limit}Limit"
-                        for limit in ("Subscription", "Topic", "Broker") for dim in ("Msg", "Bytes"))
 
 
 class TopicRateLimits:
@@ -56,7 +54,7 @@ class TopicRateLimits:
         self._timer: Optional[asyncio.TimerHandle] = None
         self.publish_rate_limited_times = 0  # since the last stats window (Pulsar's publishRateLimitedTimes)
         self.publish_rate_limited_total = 0  # since the topic loaded
-        self._throttle_events: dict[str, dict[str, int]] = {}  # subscription -> stats field -> events
+        self._throttle_events: dict[str, dict[tuple[str, str], int]] = {}  # subscription -> (limit, dim) -> events
 
     # --------------------------------------------------------------------------------- policies
 
@@ -201,14 +199,18 @@ class TopicRateLimits:
 
     def _count_throttled(self, subscription: str, limit: str, dimension: str) -> None:
         events = self._throttle_events.setdefault(subscription, {})
-        key = f"dispatchThrottled{dimension}EventsBy{limit.capitalize()}Limit"
+        key = (limit, dimension)
         events[key] = events.get(key, 0) + 1
 
-    def throttle_stats(self, subscription: str) -> dict[str, int]:
-        """The subscription's dispatch throttling events since it (or the topic) loaded, with Pulsar's stats
-        names; the broker-wide limit is not served here, so its events are always 0."""
+    def throttle_stats(self, subscription: str) -> DispatchThrottleStats:
+        """The subscription's dispatch throttling events since it (or the topic) loaded; the broker-wide limit
+        is not served here, so its events are always 0."""
         events = self._throttle_events.get(subscription, {})
-        return {key: events.get(key, 0) for key in _THROTTLE_STATS}
+        return DispatchThrottleStats(
+            msg_events_by_subscription_limit=events.get(("subscription", "Msg"), 0),
+            bytes_events_by_subscription_limit=events.get(("subscription", "Bytes"), 0),
+            msg_events_by_topic_limit=events.get(("topic", "Msg"), 0),
+            bytes_events_by_topic_limit=events.get(("topic", "Bytes"), 0))
 
     def forget(self, subscription: str) -> None:
         self._subscriptions.pop(subscription, None)

@@ -170,10 +170,10 @@ def handle_consumer_stats(conn: "Connection", frame: "Frame") -> None:
     s = consumer.stats()
     sub = consumer.subscription
     conn.send_command(pb.CommandConsumerStatsResponse(
-        request_id=cmd.request_id, msgRateOut=s["msgRateOut"], msgThroughputOut=s["msgThroughputOut"],
-        msgRateRedeliver=s["msgRateRedeliver"], consumerName=consumer.name,
+        request_id=cmd.request_id, msgRateOut=s.msg_rate_out, msgThroughputOut=s.msg_throughput_out,
+        msgRateRedeliver=s.msg_rate_redeliver, consumerName=consumer.name,
         availablePermits=max(0, consumer.permits), unackedMessages=max(0, consumer.unacked_messages),
         blockedConsumerOnUnackedMsgs=consumer.blocked, address=conn.remote_address,
         connectedSince=consumer.connected_since, type=sub.type_name(),
         msgRateExpired=sub.msg_expired.rate(), msgBacklog=sub.cursor.backlog_entries(),
-        messageAckRate=s["messageAckRate"]))
+        messageAckRate=s.message_ack_rate))

@@ -25,6 +25,7 @@ from ..topics.dedup import REPLICATOR_PREFIX, is_replicator
 from ..errors import BrokerServiceError, map_error
 from ..stats import RateMeter, iso_now
 from ..topics.model import AccessMode
+from ..topics.stats import PublisherStats
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -168,19 +169,17 @@ class Producer:
         self.msg_in.tick()
         self.bytes_in.tick()
 
-    def stats(self) -> dict:
+    def stats(self) -> PublisherStats:
         msgs = self.msg_in.total
-        return {
-            "accessMode": AccessMode(self.access_mode).name,
-            "msgRateIn": self.msg_in.rate(),
-            "msgThroughputIn": self.bytes_in.rate(),
-            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
-            "chunkedMessageRate": 0.0,
-            "producerId": self.producer_id,
-            "supportsPartialProducer": False,
-            "producerName": self.name,
-            "address": self.connection.remote_address,
-            "connectedSince": self.connected_since,
-            "clientVersion": self.connection.client_version,
-            "metadata": dict(self.metadata),
-        }
+        return PublisherStats(
+            producer_id=self.producer_id,
+            producer_name=self.name,
+            access_mode=AccessMode(self.access_mode).name,
+            msg_rate_in=self.msg_in.rate(),
+            msg_throughput_in=self.bytes_in.rate(),
+            average_msg_size=(self.bytes_in.total / msgs) if msgs else 0.0,
+            address=self.connection.remote_address,
+            connected_since=self.connected_since,
+            client_version=self.connection.client_version,
+            metadata=dict(self.metadata),
+        )

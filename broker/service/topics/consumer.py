@@ -17,6 +17,7 @@ from broker.managed_ledger.api import Entry, Position
 
 from ..stats import RateMeter, iso_now
 from .model import KeySharedSpec, SubType
+from .stats import ConsumerStats
 
 if TYPE_CHECKING:
     from .api import ConsumerSink
@@ -188,26 +189,25 @@ class Consumer:
 
     # --------------------------------------------------------------------------------- stats
 
-    def stats(self) -> dict:
-        return {
-            "msgRateOut": self.msg_out.rate(),
-            "msgThroughputOut": self.bytes_out.rate(),
-            "bytesOutCounter": self.bytes_out.total,
-            "msgOutCounter": self.msg_out.total,
-            "msgRateRedeliver": self.msg_redeliver.rate(),
-            "messageAckRate": self.msg_ack.rate(),
-            "chunkedMessageRate": 0.0,
-            "consumerName": self.name,
-            "availablePermits": self.permits,
-            "unackedMessages": self.unacked_messages,
-            "avgMessagesPerEntry": round(self.avg_messages_per_entry),
-            "blockedConsumerOnUnackedMsgs": self.blocked,
-            "readPositionWhenJoining": str(self.join_position) if self.join_position else None,
-            "address": self.connection.remote_address,
-            "connectedSince": self.connected_since,
-            "clientVersion": self.connection.client_version,
-            "lastAckedTimestamp": self.last_acked_ms,
-            "lastConsumedTimestamp": self.last_consumed_ms,
-            "lastConsumedFlowTimestamp": self.last_flow_ms,
-            "metadata": dict(self.metadata),
-        }
+    def stats(self) -> ConsumerStats:
+        return ConsumerStats(
+            consumer_name=self.name,
+            msg_rate_out=self.msg_out.rate(),
+            msg_throughput_out=self.bytes_out.rate(),
+            bytes_out_counter=self.bytes_out.total,
+            msg_out_counter=self.msg_out.total,
+            msg_rate_redeliver=self.msg_redeliver.rate(),
+            message_ack_rate=self.msg_ack.rate(),
+            available_permits=self.permits,
+            unacked_messages=self.unacked_messages,
+            avg_messages_per_entry=round(self.avg_messages_per_entry),
+            blocked_consumer_on_unacked_msgs=self.blocked,
+            read_position_when_joining=str(self.join_position) if self.join_position else None,
+            address=self.connection.remote_address,
+            connected_since=self.connected_since,
+            client_version=self.connection.client_version,
+            last_acked_timestamp_ms=self.last_acked_ms,
+            last_consumed_timestamp_ms=self.last_consumed_ms,
+            last_consumed_flow_timestamp_ms=self.last_flow_ms,
+            metadata=dict(self.metadata),
+        )

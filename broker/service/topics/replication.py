@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from broker.managed_ledger.api import Position
     from magnetar.protocol.metadata import MessageMetadata
 
+    from .stats import ReplicatorStats
     from .topic import Topic
 
 REPLICATOR_CURSOR_PREFIX = "pulsar.repl."
@@ -44,8 +45,8 @@ class TopicReplication(Protocol):
     def tick(self) -> None:
         """Closes a stats window (rates)."""
 
-    def stats(self) -> dict[str, dict]:
-        """Per remote cluster: Pulsar's ``replication`` section of topic stats (outbound side)."""
+    def stats(self) -> dict[str, "ReplicatorStats"]:
+        """Per remote cluster: the outbound side of the topic stats' ``replication`` section."""
 
     async def close(self) -> None:
         """Stops every replicator (keeping its cursor): the topic is unloading."""

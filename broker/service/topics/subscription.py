@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
@@ -50,6 +51,7 @@ from .dispatch.key_shared import KeySharedDispatcher
 from .dispatch.shared import SharedDispatcher
 from .dispatch.single import SingleActiveConsumerDispatcher
 from .entries import ack_set_to_int
+from .stats import SubscriptionStats
 from ..errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError, SubscriptionNotFoundError
 from ..stats import RateMeter
 from ..tasks import shielded
@@ -554,51 +556,45 @@ class Subscription:
         n = ml.number_of_entries
         return int(ml.total_size * backlog_entries / n) if n else 0
 
-    def stats(self) -> dict:
+    def stats(self) -> SubscriptionStats:
         consumers = self.consumers
         cstats = [c.stats() for c in consumers]
         backlog = self.cursor.backlog_entries()
         dispatcher = self.dispatcher
         delayed = dispatcher.delayed_messages() if dispatcher else 0
-        out = {
-            "msgRateOut": sum(c["msgRateOut"] for c in cstats),
-            "msgThroughputOut": sum(c["msgThroughputOut"] for c in cstats),
-            "bytesOutCounter": self._removed_bytes_out + sum(c["bytesOutCounter"] for c in cstats),
-            "msgOutCounter": self._removed_msg_out + sum(c["msgOutCounter"] for c in cstats),
-            "msgRateRedeliver": sum(c["msgRateRedeliver"] for c in cstats),
-            "messageAckRate": sum(c["messageAckRate"] for c in cstats),
-            "chunkedMessageRate": 0.0,
-            "msgBacklog": backlog,
-            "backlogSize": self.backlog_size_bytes(backlog),
-            "msgBacklogNoDelayed": max(0, backlog - delayed),
-            "blockedSubscriptionOnUnackedMsgs": False,
-            "msgDelayed": delayed,
-            "unackedMessages": sum(c["unackedMessages"] for c in cstats),
-            "type": self.type_name(),
-            "activeConsumerName": dispatcher.active_consumer_name() if dispatcher else None,
-            "msgRateExpired": self.msg_expired.rate(),
-            "totalMsgExpired": self.msg_expired.total,
-            "lastExpireTimestamp": self.last_expire_ms,
-            "lastConsumedFlowTimestamp": max([c["lastConsumedFlowTimestamp"] for c in cstats], default=0),
-            "lastConsumedTimestamp": max([c["lastConsumedTimestamp"] for c in cstats], default=0),
-            "lastAckedTimestamp": max([c["lastAckedTimestamp"] for c in cstats], default=0),
-            "lastMarkDeleteAdvancedTimestamp": self.last_md_advanced_ms,
-            "consumers": cstats,
-            "isDurable": self.durable,
-            "isReplicated": self.replicated,
-            "replicated": self.replicated,
-            "consumersAfterMarkDeletePosition": {},
-            "nonContiguousDeletedMessagesRanges": len(self.cursor.individually_deleted_ranges()),
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            "subscriptionProperties": {},
-            **self.topic.rate_limits.throttle_stats(self.name),  # dispatchThrottled*Events* (throttle.py)
-        }
-        if isinstance(dispatcher, KeySharedDispatcher):
-            out["keySharedMode"] = KeySharedMode(dispatcher.mode).name
-            out["allowOutOfOrderDelivery"] = dispatcher.allow_out_of_order
-            for c, s in zip(consumers, cstats):
-                s["keyHashRanges"] = [f"[{a}, {b}]" for a, b in dispatcher.hash_ranges(c)]
-        return out
+        key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatcher) else None
+        if key_shared is not None:
+            cstats = [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
+                      for c, s in zip(consumers, cstats)]
+        return SubscriptionStats(
+            type=self.type_name(),
+            consumers=tuple(cstats),
+            msg_rate_out=sum(c.msg_rate_out for c in cstats),
+            msg_throughput_out=sum(c.msg_throughput_out for c in cstats),
+            bytes_out_counter=self._removed_bytes_out + sum(c.bytes_out_counter for c in cstats),
+            msg_out_counter=self._removed_msg_out + sum(c.msg_out_counter for c in cstats),
+            msg_rate_redeliver=sum(c.msg_rate_redeliver for c in cstats),
+            message_ack_rate=sum(c.message_ack_rate for c in cstats),
+            msg_backlog=backlog,
+            backlog_size_bytes=self.backlog_size_bytes(backlog),
+            msg_backlog_no_delayed=max(0, backlog - delayed),
+            msg_delayed=delayed,
+            unacked_messages=sum(c.unacked_messages for c in cstats),
+            active_consumer_name=dispatcher.active_consumer_name() if dispatcher else None,
+            msg_rate_expired=self.msg_expired.rate(),
+            total_msg_expired=self.msg_expired.total,
+            last_expire_timestamp_ms=self.last_expire_ms,
+            last_consumed_flow_timestamp_ms=max([c.last_consumed_flow_timestamp_ms for c in cstats], default=0),
+            last_consumed_timestamp_ms=max([c.last_consumed_timestamp_ms for c in cstats], default=0),
+            last_acked_timestamp_ms=max([c.last_acked_timestamp_ms for c in cstats], default=0),
+            last_mark_delete_advanced_timestamp_ms=self.last_md_advanced_ms,
+            is_durable=self.durable,
+            is_replicated=self.replicated,
+            non_contiguous_deleted_messages_ranges=len(self.cursor.individually_deleted_ranges()),
+            dispatch_throttling=self.topic.rate_limits.throttle_stats(self.name),
+            key_shared_mode=KeySharedMode(key_shared.mode).name if key_shared is not None else None,
+            allow_out_of_order_delivery=key_shared.allow_out_of_order if key_shared is not None else None,
+        )
 
     def internal_stats(self) -> dict:
         return {

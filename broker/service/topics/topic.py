@@ -43,6 +43,7 @@ from .entries import entry_info, publish_time_of
 from ..latency import WriteLatency
 from .common import TopicCommon, TopicState
 from .replication import TopicReplication, is_replication_cursor
+from .stats import ReplicationInboundStats, ReplicationStats, TopicStats
 from ..stats import RateMeter
 from .compaction.compactor import TopicCompaction
 from .compaction.logic import COMPACTION_CURSOR
@@ -597,51 +598,42 @@ class Topic(TopicCommon):
         if self.replication is not None:
             self.replication.tick()
 
-    def replication_stats(self) -> dict[str, dict]:
-        """Pulsar's ``replication`` section: per remote cluster, outbound (our replicator) and inbound."""
-        out = dict(self.replication.stats()) if self.replication is not None else {}
-        for cluster, (msgs, size) in self.replication_in.items():
-            stats = out.setdefault(cluster, {"msgRateOut": 0.0, "msgThroughputOut": 0.0, "replicationBacklog": 0,
-                                             "connected": False, "replicationDelayInSeconds": 0})
-            stats["msgRateIn"] = msgs.rate()
-            stats["msgThroughputIn"] = size.rate()
-            stats["msgInCounter"] = msgs.total
-            stats["inboundConnection"] = True
-        for stats in out.values():
-            stats.setdefault("msgRateIn", 0.0)
-            stats.setdefault("msgThroughputIn", 0.0)
-        return out
+    def replication_stats(self) -> dict[str, ReplicationStats]:
+        """Per remote cluster: outbound (our replicator) and inbound (its replicator's publishing here)."""
+        outbound = self.replication.stats() if self.replication is not None else {}
+        inbound = {cluster: ReplicationInboundStats(msg_rate_in=msgs.rate(), msg_throughput_in=size.rate(),
+                                                    msg_in_counter=msgs.total)
+                   for cluster, (msgs, size) in self.replication_in.items()}
+        return {cluster: ReplicationStats(outbound=outbound.get(cluster), inbound=inbound.get(cluster))
+                for cluster in {**outbound, **inbound}}
 
-    def stats(self) -> dict:
+    def stats(self) -> TopicStats:
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
         msgs = self.msg_in.total
-        ml = self.ml
-        return {
-            "msgRateIn": self.msg_in.rate(),
-            "msgThroughputIn": self.bytes_in.rate(),
-            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
-            "bytesInCounter": self.bytes_in.total,
-            "msgInCounter": msgs,
-            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs.values()),
-            "msgOutCounter": self._removed_msg_out + sum(s["msgOutCounter"] for s in subs.values()),
-            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
-            "msgChunkPublished": False,
-            "storageSize": ml.total_size,
-            "backlogSize": max([s["backlogSize"] for s in subs.values()], default=0),
-            "offloadedStorageSize": 0,
-            "waitingPublishers": len(self._waiting_exclusive),
-            "publishRateLimitedTimes": self.rate_limits.publish_rate_limited_times,
-            "deduplicationStatus": self.dedup.stats_status(),
-            "topicEpoch": self.topic_epoch,
-            "publishers": [p.stats() for p in self.producers.values()],
-            "subscriptions": subs,
-            "replication": self.replication_stats(),
-            "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            **self.backlog_quota.stats(),
-            "compaction": self.compaction.stats(),
-        }
+        return TopicStats(
+            msg_rate_in=self.msg_in.rate(),
+            msg_throughput_in=self.bytes_in.rate(),
+            msg_rate_out=sum(s.msg_rate_out for s in subs.values()),
+            msg_throughput_out=sum(s.msg_throughput_out for s in subs.values()),
+            bytes_in_counter=self.bytes_in.total,
+            msg_in_counter=msgs,
+            bytes_out_counter=sum(s.bytes_out_counter for s in subs.values()),
+            msg_out_counter=self._removed_msg_out + sum(s.msg_out_counter for s in subs.values()),
+            average_msg_size=(self.bytes_in.total / msgs) if msgs else 0.0,
+            storage_size_bytes=self.ml.total_size,
+            backlog_size_bytes=max([s.backlog_size_bytes for s in subs.values()], default=0),
+            waiting_publishers=len(self._waiting_exclusive),
+            publish_rate_limited_times=self.rate_limits.publish_rate_limited_times,
+            deduplication_status=self.dedup.stats_status(),
+            topic_epoch=self.topic_epoch,
+            publishers=tuple(p.stats() for p in self.producers.values()),
+            subscriptions=subs,
+            replication=self.replication_stats(),
+            non_contiguous_deleted_messages_ranges=sum(s.non_contiguous_deleted_messages_ranges
+                                                       for s in subs.values()),
+            backlog_quota=self.backlog_quota.stats(),
+            compaction=self.compaction.stats(),
+        )
 
     def internal_stats(self) -> dict:
         out = dict(self.ml.internal_stats())

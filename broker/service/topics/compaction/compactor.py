@@ -39,6 +39,7 @@ from .view import CompactedLedger
 from .logic import (COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR, LatestPerKey, compact_entry, encode_record,
                                iter_batches)
 from ..entries import entry_info
+from ..stats import CompactionStats
 from ...errors import BrokerServiceError, NotAllowedError
 
 if TYPE_CHECKING:
@@ -123,12 +124,12 @@ class TopicCompaction:
         """Pulsar's ``LongRunningProcessStatus``."""
         return {"status": self.status.value, "lastError": self.last_error or ""}
 
-    def stats(self) -> dict:
-        """Pulsar's topic stats ``compaction``."""
-        return {"lastCompactionRemovedEventCount": self.last_removed_event_count,
-                "lastCompactionSucceedTimestamp": self.last_succeed_ms,
-                "lastCompactionFailedTimestamp": self.last_failed_ms,
-                "lastCompactionDurationTimeInMills": self.last_duration_ms}
+    def stats(self) -> CompactionStats:
+        """The topic stats' ``compaction`` section."""
+        return CompactionStats(last_compaction_removed_event_count=self.last_removed_event_count,
+                               last_compaction_succeed_timestamp_ms=self.last_succeed_ms,
+                               last_compaction_failed_timestamp_ms=self.last_failed_ms,
+                               last_compaction_duration_ms=self.last_duration_ms)
 
     def internal_stats(self) -> dict:
         """Pulsar's internal-stats ``compactedLedger`` (-1s when there is none, or it is not loaded yet)."""

@@ -13,6 +13,7 @@ duplicates). No pending-acknowledgement state is kept: those clients never ackno
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -23,6 +24,7 @@ from ..model import AckedId, KeySharedMode, SubType
 from ...errors import ConsumerBusyError, ServiceNotReadyError
 from .dispatch import Dispatch, KeySharedDispatch, Offer, new_dispatch
 from ...stats import RateMeter
+from ..stats import NonPersistentSubscriptionStats
 
 if TYPE_CHECKING:
     from .topic import NonPersistentTopic
@@ -185,46 +187,27 @@ class NonPersistentSubscription:
             for meter in (c.msg_out, c.bytes_out, c.msg_redeliver, c.msg_ack):
                 meter.tick()
 
-    def stats(self) -> dict:
+    def stats(self) -> NonPersistentSubscriptionStats:
         """Pulsar's NonPersistentSubscriptionStats (plus the zero backlog fields dashboards read)."""
         consumers = self.consumers
         cstats = [c.stats() for c in consumers]
         dispatcher = self.dispatcher
-        out = {
-            "msgRateOut": sum(c["msgRateOut"] for c in cstats),
-            "msgThroughputOut": sum(c["msgThroughputOut"] for c in cstats),
-            "bytesOutCounter": self._removed_bytes_out + sum(c["bytesOutCounter"] for c in cstats),
-            "msgOutCounter": self._removed_msg_out + sum(c["msgOutCounter"] for c in cstats),
-            "msgRateRedeliver": 0.0,
-            "messageAckRate": sum(c["messageAckRate"] for c in cstats),
-            "chunkedMessageRate": 0.0,
-            "msgDropRate": self.msg_drop.rate(),
-            "msgBacklog": 0,
-            "backlogSize": 0,
-            "msgBacklogNoDelayed": 0,
-            "msgDelayed": 0,
-            "unackedMessages": 0,
-            "blockedSubscriptionOnUnackedMsgs": False,
-            "type": self.type_name(),
-            "activeConsumerName": dispatcher.active_consumer_name() if dispatcher is not None else None,
-            "msgRateExpired": 0.0,
-            "totalMsgExpired": 0,
-            "lastExpireTimestamp": 0,
-            "lastConsumedFlowTimestamp": max([c["lastConsumedFlowTimestamp"] for c in cstats], default=0),
-            "lastConsumedTimestamp": max([c["lastConsumedTimestamp"] for c in cstats], default=0),
-            "lastAckedTimestamp": max([c["lastAckedTimestamp"] for c in cstats], default=0),
-            "lastMarkDeleteAdvancedTimestamp": 0,
-            "consumers": cstats,
-            "isDurable": False,
-            "isReplicated": False,
-            "replicated": False,
-            "consumersAfterMarkDeletePosition": {},
-            "nonContiguousDeletedMessagesRanges": 0,
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            "subscriptionProperties": {},
-        }
-        if isinstance(dispatcher, KeySharedDispatch):
-            out["keySharedMode"] = KeySharedMode(dispatcher.mode).name
-            for c, s in zip(consumers, cstats):
-                s["keyHashRanges"] = [f"[{a}, {b}]" for a, b in dispatcher.hash_ranges(c)]
-        return out
+        key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatch) else None
+        if key_shared is not None:
+            cstats = [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
+                      for c, s in zip(consumers, cstats)]
+        return NonPersistentSubscriptionStats(
+            type=self.type_name(),
+            consumers=tuple(cstats),
+            msg_rate_out=sum(c.msg_rate_out for c in cstats),
+            msg_throughput_out=sum(c.msg_throughput_out for c in cstats),
+            bytes_out_counter=self._removed_bytes_out + sum(c.bytes_out_counter for c in cstats),
+            msg_out_counter=self._removed_msg_out + sum(c.msg_out_counter for c in cstats),
+            message_ack_rate=sum(c.message_ack_rate for c in cstats),
+            msg_drop_rate=self.msg_drop.rate(),
+            active_consumer_name=dispatcher.active_consumer_name() if dispatcher is not None else None,
+            last_consumed_flow_timestamp_ms=max([c.last_consumed_flow_timestamp_ms for c in cstats], default=0),
+            last_consumed_timestamp_ms=max([c.last_consumed_timestamp_ms for c in cstats], default=0),
+            last_acked_timestamp_ms=max([c.last_acked_timestamp_ms for c in cstats], default=0),
+            key_shared_mode=KeySharedMode(key_shared.mode).name if key_shared is not None else None,
+        )

@@ -47,6 +47,7 @@ from ..model import SubscribeRequest
 from ...stats import RateMeter
 from ...policies.throttle import TopicRateLimits
 from ..common import TopicCommon, TopicState
+from ..stats import BacklogQuotaStats, NonPersistentPublisherStats, NonPersistentTopicStats
 
 if TYPE_CHECKING:
     from config_store.models import Policies
@@ -74,9 +75,8 @@ class NoBacklogQuota:
         return None
 
     @staticmethod
-    def stats() -> dict:
-        return {"backlogQuotaLimitSize": -1, "backlogQuotaLimitTime": -1, "oldestBacklogMessageAgeSeconds": 0,
-                "oldestBacklogMessageSubscriptionName": None}
+    def stats() -> BacklogQuotaStats:
+        return BacklogQuotaStats()  # no limits, no backlog
 
 
 class NonPersistentTopic(TopicCommon):
@@ -210,8 +210,8 @@ class NonPersistentTopic(TopicCommon):
         if self.subscriptions.get(sub.name) is sub:
             del self.subscriptions[sub.name]
             stats = sub.stats()
-            self._removed_msg_out += stats["msgOutCounter"]
-            self._removed_bytes_out += stats["bytesOutCounter"]
+            self._removed_msg_out += stats.msg_out_counter
+            self._removed_bytes_out += stats.bytes_out_counter
 
     async def unsubscribe(self, consumer: Consumer) -> None:
         await consumer.subscription.delete(requester=consumer)
@@ -303,40 +303,33 @@ class NonPersistentTopic(TopicCommon):
         self._check_inactive()
 
     @staticmethod
-    def _publisher_stats(producer: Producer) -> dict:
-        return {**producer.stats(), "msgDropRate": 0.0}  # never dropped at publish (module docstring)
+    def _publisher_stats(producer: Producer) -> NonPersistentPublisherStats:
+        return NonPersistentPublisherStats.of(producer.stats())  # never dropped at publish (module docstring)
 
-    def stats(self) -> dict:
+    def stats(self) -> NonPersistentTopicStats:
         """Pulsar's NonPersistentTopicStats, with zero storage and backlog fields for dashboards."""
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
-        publishers = [self._publisher_stats(p) for p in self.producers.values()]
+        publishers = tuple(self._publisher_stats(p) for p in self.producers.values())
         msgs = self.msg_in.total
-        return {
-            "msgRateIn": self.msg_in.rate(),
-            "msgThroughputIn": self.bytes_in.rate(),
-            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
-            "bytesInCounter": self.bytes_in.total,
-            "msgInCounter": msgs,
-            "bytesOutCounter": self._removed_bytes_out + sum(s["bytesOutCounter"] for s in subs.values()),
-            "msgOutCounter": self._removed_msg_out + sum(s["msgOutCounter"] for s in subs.values()),
-            "averageMsgSize": (self.bytes_in.total / msgs) if msgs else 0.0,
-            "msgChunkPublished": False,
-            "msgDropRate": sum(p["msgDropRate"] for p in publishers),
-            "storageSize": 0,
-            "backlogSize": 0,
-            "offloadedStorageSize": 0,
-            "waitingPublishers": len(self._waiting_exclusive),
-            "publishRateLimitedTimes": self.rate_limits.publish_rate_limited_times,
-            "deduplicationStatus": "Disabled",
-            "topicEpoch": self.topic_epoch,
-            "publishers": publishers,
-            "subscriptions": subs,
-            "replication": {},
-            "nonContiguousDeletedMessagesRanges": 0,
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            **self.backlog_quota.stats(),
-        }
+        return NonPersistentTopicStats(
+            msg_rate_in=self.msg_in.rate(),
+            msg_throughput_in=self.bytes_in.rate(),
+            msg_rate_out=sum(s.msg_rate_out for s in subs.values()),
+            msg_throughput_out=sum(s.msg_throughput_out for s in subs.values()),
+            bytes_in_counter=self.bytes_in.total,
+            msg_in_counter=msgs,
+            bytes_out_counter=self._removed_bytes_out + sum(s.bytes_out_counter for s in subs.values()),
+            msg_out_counter=self._removed_msg_out + sum(s.msg_out_counter for s in subs.values()),
+            average_msg_size=(self.bytes_in.total / msgs) if msgs else 0.0,
+            msg_drop_rate=sum(p.msg_drop_rate for p in publishers),
+            waiting_publishers=len(self._waiting_exclusive),
+            publish_rate_limited_times=self.rate_limits.publish_rate_limited_times,
+            deduplication_status="Disabled",
+            topic_epoch=self.topic_epoch,
+            publishers=publishers,
+            subscriptions=subs,
+            backlog_quota=self.backlog_quota.stats(),
+        )
 
     def internal_stats(self) -> dict:
         """Pulsar's answer for a non-persistent topic: the entries added and one empty record per cursor."""
