@@ -33,6 +33,7 @@ from typing import Iterator, NamedTuple, Optional
 
 from . import codec
 from .directio import BlockAppender, open_for_append
+from .ledger_storage import StorageClosedError
 
 log = logging.getLogger("bookie.journal")
 
@@ -62,7 +63,7 @@ class _Item:
         self.future = future
 
 
-class JournalClosedError(Exception):
+class JournalClosedError(StorageClosedError):
     """The journal no longer accepts records (closing or closed)."""
 
 
