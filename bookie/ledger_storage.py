@@ -56,7 +56,8 @@ class ReadResult(NamedTuple):
 class StorageObserver:
     """Metrics hooks an implementation calls (no-ops here; :class:`bookie.metrics.BookieMetrics` fills them).
 
-    ``on_sync`` runs on the journal's thread (it is also the journal's observer), the others on the loop.
+    ``on_sync`` runs on the journal's force thread (it is also the journal's observer), the others on the
+    event loop.
     """
 
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:

@@ -95,9 +95,10 @@ async def test_keepalive_pings_never_earn_too_many_pings(tmp_path) -> None:
         watcher = asyncio.create_task(watch_channels())
         busy = asyncio.create_task(keep_busy())
         try:
-            await wait_for_async(
-                lambda: not_ready or idle_connections_pinged_enough(), timeout_s=PINGS_PER_IDLE_CONNECTION * INTERVAL_MS / 1000 * 4,
-                interval_s=0.2, what=f"{PINGS_PER_IDLE_CONNECTION} keepalive pings on each idle connection",
+            await wait_for_async(  # ends early once a channel left READY: the assertions below say why
+                lambda: not_ready or idle_connections_pinged_enough(),
+                timeout_s=4 * PINGS_PER_IDLE_CONNECTION * INTERVAL_MS / 1000, interval_s=0.2,
+                what=f"{PINGS_PER_IDLE_CONNECTION} keepalive pings on each idle connection",
             )
         finally:
             stop.set()
