@@ -22,7 +22,8 @@ Theory of operation (the shape of BookKeeper's DbLedgerStorage):
   index-range deletion at the next flush; :mod:`bookie.gc` reclaims the entry-log space later.
 
 Threads: the event loop owns every in-memory structure; one storage thread runs flushes and GC steps
-(so they never race each other); a small pool serves entry-log reads; the journal has its own writer.
+(so they never race each other); a small pool serves entry-log reads; the journal has its own writer and force
+threads.
 
 Flush and replay live in :mod:`bookie.storage_flush` (``Storage`` inherits them); the per-ledger state in
 :mod:`bookie.storage_state`.
