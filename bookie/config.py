@@ -48,6 +48,10 @@ class BookieConfig(TomlSettings):
             compacted (live entries rewritten, the file removed); 0 disables compaction.
         zk_session_timeout_ms: the ZooKeeper session timeout of the registration.
         grpc_max_message_bytes: larger gRPC messages are refused by gRPC with RESOURCE_EXHAUSTED.
+        grpc_keepalive_interval_ms: the keepalive ping interval of ledger clients (their
+            ``keepalive_interval_ms`` must not be shorter). The bookie accepts pings, with or without calls
+            in flight, down to half of it; sooner ones are strikes, and gRPC closes a connection after
+            three with GOAWAY ``too_many_pings``.
         read_threads: threads serving catch-up reads from entry logs.
         shutdown_grace_ms: on SIGTERM, how long in-flight requests may take to finish.
     """
@@ -75,6 +79,7 @@ class BookieConfig(TomlSettings):
     gc_compaction_live_ratio: float = 0.5
     zk_session_timeout_ms: int = 10000
     grpc_max_message_bytes: int = 64 * _MiB
+    grpc_keepalive_interval_ms: int = 10000
     read_threads: int = 4
     shutdown_grace_ms: int = 5000
 
@@ -116,6 +121,7 @@ class BookieConfig(TomlSettings):
             "gc_interval_ms",
             "zk_session_timeout_ms",
             "grpc_max_message_bytes",
+            "grpc_keepalive_interval_ms",
             "read_threads",
         )
         for name in positive:

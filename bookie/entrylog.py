@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from magnetar.proto import bookie_pb2
 
@@ -24,6 +24,7 @@ from . import codec
 from .index import Index, Location
 from .directio import BlockAppender, open_for_append
 from .journal import fsync_dir
+from .ledger_storage import ReadResult
 
 log = logging.getLogger("bookie.entrylog")
 
@@ -136,13 +137,6 @@ class EntryLogWriter:
             out.append((codec.encode_entry_padding(size),))
             out.append_zeros(size - codec.ENTRY_HEAD_SIZE)
         out.write_out()
-
-
-class ReadResult(NamedTuple):
-    entry_id: int
-    status: int  # OK, NO_SUCH_ENTRY or INTERNAL (bookie_pb2.Status)
-    last_add_confirmed: int
-    payload: bytes
 
 
 def read_indexed(

@@ -1,16 +1,28 @@
-"""The write-ahead journal: one writer thread, group commit, torn-tail recovery.
+"""The write-ahead journal: a write stage and a force (fsync) stage, group commit, torn-tail recovery.
 
 Theory of operation. Every change a bookie acknowledges (an add, a fence, a delete) is first a record in
 the journal. The event loop never touches the file: :meth:`Journal.append` queues the record and returns a
-future. The writer thread takes *everything* queued, frames it, writes it with one ``write`` and makes it
-durable with one ``fdatasync`` for the whole group, then completes the group's futures with a single
-``loop.call_soon_threadsafe``. Files are written with ``O_DIRECT`` where the file system allows
-(:mod:`bookie.directio`): each group is padded with a PAD record to a 4 KiB boundary, so a write never
-rewrites a block that holds acknowledged records. So under load the cost of a sync is shared by every request that arrived
-while the previous one ran (group commit), and an add is acknowledged only after its record is on disk.
+future. Two threads then carry records to disk, as BookKeeper's ``Journal`` and ``ForceWriteThread`` do:
+
+* the *writer* takes everything queued, frames it and writes it with one ``write`` (a *group*), then hands
+  the group to the force stage through a bounded queue and goes straight back for the next group;
+* the *forcer* takes every group written so far, makes them durable with one ``fdatasync`` and completes
+  their futures, in order, with a single ``loop.call_soon_threadsafe``.
+
+So under load the cost of a sync is shared by every record written while the previous one ran (group
+commit), and writing the next group overlaps the current sync instead of waiting for it. An add is
+acknowledged only after the sync covering its record returned; groups are forced and completed in the order
+they were written, so records are acknowledged in order. When the forcer lags ``max_groups_unforced``
+groups behind, the writer waits (the queue is bounded).
+
+Files are written with ``O_DIRECT`` where the file system allows (:mod:`bookie.directio`): each group is
+padded with a PAD record to a 4 KiB boundary, so a write never rewrites a block that holds acknowledged
+records (nor one being forced).
 
 Files are ``<data_dir>/journal/<id:016x>.journal``; a file rolls at ``max_file_size_bytes`` (a record never
-spans two files) and a restart always opens a fresh file. A position is ``(file_id, offset)``.
+spans two files) and a restart always opens a fresh file. A position is ``(file_id, offset)``. Before it
+rolls, the writer waits until every group of the old file is forced, so a record in a newer file is never
+durable while an older file's tail is not.
 Ledger storage periodically records a *checkpoint*: the position up to which everything journaled is also
 flushed and fsynced in the entry logs and index. Replay starts at the checkpoint; files wholly before it
 are deleted (:meth:`Journal.reclaim`).
@@ -19,21 +31,28 @@ At replay a record that fails its length or CRC check ends the file: the file is
 tail left by a crash mid-write, or garbage) and never replayed as data. A torn tail can only exist in the
 newest file of the previous run, because a file is rolled only after its last write was synced; a bad
 record in an older file means a disk fault and is logged as an error.
+
+Failure. A failed write or sync leaves the file's tail unknown: the journal refuses every later record
+(``failed`` is set, the bookie must restart; the restart cuts whatever partial record is there), and every
+record not yet acknowledged fails with the error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import pathlib
+import queue
 import threading
 import time
-from typing import Iterator, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 from . import codec
 from .errors import BookieUnavailableError
 from .directio import BlockAppender, open_for_append
+from .ledger_storage import StorageClosedError
 
 log = logging.getLogger("bookie.journal")
 
@@ -63,8 +82,31 @@ class _Item:
         self.future = future
 
 
-class JournalClosedError(BookieUnavailableError):
-    """The journal no longer accepts records (closing or closed): the bookie is shutting down."""
+class _Group:
+    """Records written with one ``write``, on their way through the force stage (barriers only: no bytes)."""
+
+    __slots__ = ("items", "fd", "error", "started", "entries", "records", "nbytes")
+
+    def __init__(self, items: list[_Item], fd: int = -1, error: Optional[BaseException] = None,
+                 started: float = 0.0, entries: int = 0, records: int = 0, nbytes: int = 0) -> None:
+        self.items = items
+        self.fd = fd
+        self.error = error
+        self.started = started
+        self.entries = entries
+        self.records = records
+        self.nbytes = nbytes
+
+
+class JournalState(enum.Enum):
+    NEW = "new"  # replay may run; nothing is accepted yet
+    OPEN = "open"  # writer and forcer running; records accepted
+    CLOSING = "closing"  # records refused; what was accepted is written and forced
+    CLOSED = "closed"
+
+
+class JournalClosedError(StorageClosedError):
+    """The journal does not accept records (not started, closing or closed)."""
 
 
 def journal_path(directory: pathlib.Path, file_id: int) -> pathlib.Path:
@@ -91,7 +133,7 @@ def fsync_dir(directory: pathlib.Path) -> None:
 
 
 class JournalObserver:
-    """Hooks for metrics; the defaults do nothing. Called from the writer thread."""
+    """Hooks for metrics; the defaults do nothing. Called from the force thread."""
 
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:
         pass
@@ -100,15 +142,20 @@ class JournalObserver:
 class Journal:
     """The group-committing journal of one bookie.
 
-    Lifecycle: construct, :meth:`replay` (before anything is appended), :meth:`start`, :meth:`append` /
-    :meth:`barrier` from the event loop, :meth:`reclaim` after checkpoints, :meth:`close` (drains).
+    Lifecycle (:attr:`state`): construct, :meth:`replay` (before anything is appended), :meth:`start`,
+    :meth:`append` / :meth:`barrier` from the event loop, :meth:`reclaim` after checkpoints, :meth:`close`
+    (drains).
 
     Args:
         directory: the journal directory (created if missing).
         max_file_size_bytes: roll to a new file once the current one reaches this size.
-        sync: ``fdatasync`` each group before completing it (False only for benchmarks).
+        sync: make each group durable before completing it (False only for benchmarks).
         direct_io: write with ``O_DIRECT`` where the file system allows it.
         observer: metrics hooks.
+        sync_file: what makes a written file durable (``os.fdatasync``); tests swap in one that records
+            or stalls.
+        max_groups_unforced: bound of the queue between the write and force stages; the writer waits
+            while this many written groups wait for their sync.
     """
 
     def __init__(
@@ -119,6 +166,8 @@ class Journal:
         sync: bool = True,
         direct_io: bool = True,
         observer: Optional[JournalObserver] = None,
+        sync_file: Callable[[int], None] = os.fdatasync,
+        max_groups_unforced: int = 64,
     ) -> None:
         self.directory = pathlib.Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -126,17 +175,22 @@ class Journal:
         self.sync = sync
         self.direct_io = direct_io
         self.observer = observer or JournalObserver()
+        self._sync_file = sync_file
+        self.state = JournalState.NEW
         self._cond = threading.Condition()
         self._queue: list[_Item] = []
-        self._closing = False
-        self._thread: Optional[threading.Thread] = None
+        self._forces: queue.Queue[Optional[_Group]] = queue.Queue(max_groups_unforced)
+        self._writer: Optional[threading.Thread] = None
+        self._forcer: Optional[threading.Thread] = None
+        self._closed: Optional[asyncio.Future] = None
+        self._sync_error: Optional[BaseException] = None  # force thread only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._fd = -1
         self._out: Optional[BlockAppender] = None
         self._file_id = 0
         self._replayed = False
-        # End of the last record written (not necessarily synced yet). Read by the event loop when it takes
-        # a checkpoint: every record before it was queued, hence applied to the write cache, earlier.
+        # End of the last group written (not necessarily forced yet). Read by the event loop when it takes a
+        # checkpoint: every record before it was queued, hence applied to the write cache, earlier.
         self.written_position = Position(0, 0)
         self.failed: Optional[BaseException] = None
 
@@ -206,8 +260,8 @@ class Journal:
     # -- writing ---------------------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Opens a fresh journal file and starts the writer thread."""
-        if self._thread is not None:
+        """Opens a fresh journal file and starts the writer and force threads."""
+        if self.state is not JournalState.NEW:
             return
         if not self._replayed:
             # Nothing to replay is fine (a new bookie), but records must never be appended to a file that
@@ -215,32 +269,31 @@ class Journal:
             for _ in self.replay(None):
                 raise RuntimeError("Journal.start before replay of a journal that holds records")
         self._loop = loop
-        self._open_file(self._file_id + 1)
-        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
-        self._thread.start()
+        self._open_file(self._file_id + 1)  # nothing to close before: no file was open
+        self._writer = threading.Thread(target=self._write_loop, name="bookie-journal", daemon=True)
+        self._forcer = threading.Thread(target=self._force_loop, name="bookie-journal-force", daemon=True)
+        with self._cond:
+            self.state = JournalState.OPEN
+        self._forcer.start()
+        self._writer.start()
 
     def append(self, record_type: int, body: bytes, entries: int = 0) -> asyncio.Future:
         """Queues a record; the future completes (None) once it is durable, or fails with the I/O error.
 
-        Must be called from the event loop thread.
+        Must be called from the event loop thread. Raises JournalClosedError unless the journal is open.
         """
-        future = self._loop.create_future()
-        item = _Item(record_type, body, entries, future)
-        with self._cond:
-            if self._closing:
-                raise JournalClosedError("the journal is closing")
-            self._queue.append(item)
-            if len(self._queue) == 1:
-                self._cond.notify()
-        return future
+        return self._enqueue(record_type, body, entries)
 
     def barrier(self) -> asyncio.Future:
         """A future completing once every record queued before it is durable."""
-        future = self._loop.create_future()
+        return self._enqueue(0, None, 0)
+
+    def _enqueue(self, record_type: int, body: Optional[bytes], entries: int) -> asyncio.Future:
         with self._cond:
-            if self._closing:
-                raise JournalClosedError("the journal is closing")
-            self._queue.append(_Item(0, None, 0, future))
+            if self.state is not JournalState.OPEN:
+                raise JournalClosedError(f"the journal is not open ({self.state.value})")
+            future = self._loop.create_future()
+            self._queue.append(_Item(record_type, body, entries, future))
             if len(self._queue) == 1:
                 self._cond.notify()
         return future
@@ -249,7 +302,9 @@ class Journal:
     def queue_depth(self) -> int:
         return len(self._queue)
 
-    def _open_file(self, file_id: int) -> None:
+    def _open_file(self, file_id: int) -> int:
+        """Creates the next file (its header durable) and makes it current; returns the previous file's
+        descriptor (-1 if none), for the caller to close once nothing syncs it any more."""
         path = journal_path(self.directory, file_id)
         fd, direct = open_for_append(path, direct=self.direct_io)
         out = BlockAppender(fd, 0, direct=direct)
@@ -267,10 +322,9 @@ class Journal:
         self._fd, self._out, self._file_id = fd, out, file_id
         self.written_position = Position(file_id, out.offset)
         if old_out is not None:
-            old_out.close()
-        if old >= 0:
-            os.close(old)
+            old_out.close()  # everything staged was written out: only the descriptor may still be synced
         log.info("journal file %s opened%s", path.name, "" if direct else " (buffered: no O_DIRECT here)")
+        return old
 
     @staticmethod
     def _pad(out: BlockAppender) -> None:
@@ -279,24 +333,41 @@ class Journal:
             out.append((codec.encode_journal_padding(size),))
             out.append_zeros(size - codec.JOURNAL_HEAD_SIZE)
 
-    def _run(self) -> None:
-        loop = self._loop
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                batch, self._queue = self._queue, []
-                if not batch and self._closing:
-                    return
-            error = self._write_batch(batch)
-            try:
-                loop.call_soon_threadsafe(_complete, batch, error)
-            except RuntimeError:  # the loop is gone (process exit): nobody waits any more
-                return
+    # -- the write stage (writer thread) ---------------------------------------------------------------
 
-    def _write_batch(self, batch: list[_Item]) -> Optional[BaseException]:
+    def _write_loop(self) -> None:
+        batch: list[_Item] = []
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and self.state is JournalState.OPEN:
+                        self._cond.wait()
+                    batch, self._queue = self._queue, []
+                if not batch:
+                    return  # closing, and everything accepted was handed to the force stage
+                group = self._write_batch(batch)
+                batch = []
+                old_fd = -1
+                if group.nbytes and self._out.offset >= self.max_file_size_bytes and self.failed is None:
+                    old_fd = self._roll()
+                self._forces.put(group)
+                if old_fd >= 0:
+                    # The new file takes no record until every group of the old one is forced: a record in
+                    # a newer file is never durable while an older file's tail is not (see replay).
+                    self._forces.join()
+                    os.close(old_fd)
+        except BaseException as err:  # a bug: fail what is left rather than leave its waiters hanging
+            log.exception("journal writer failed")
+            self.failed = self.failed or err
+            with self._cond:
+                batch, self._queue = batch + self._queue, []
+            self._forces.put(_Group(batch, error=self.failed))
+        finally:
+            self._forces.put(None)  # after the last group: the forcer stops
+
+    def _write_batch(self, batch: list[_Item]) -> _Group:
         if self.failed is not None:
-            return self.failed
+            return _Group(batch, error=self.failed)
         parts: list[bytes] = []
         entries = 0
         for item in batch:
@@ -305,7 +376,7 @@ class Journal:
                 parts.append(item.body)
                 entries += item.entries
         if not parts:
-            return None  # only barriers: everything before them completed with an earlier group
+            return _Group(batch)  # only barriers: they complete after the groups before them
         started = time.perf_counter()
         out = self._out
         begin = out.offset
@@ -313,24 +384,90 @@ class Journal:
             out.append(parts)
             self._pad(out)
             out.write_out()
-            if self.sync:
-                os.fdatasync(self._fd)
         except OSError as err:
             # The file's tail is now unknown: stop writing for good (the bookie must be restarted, and the
             # restart cuts whatever partial record is there). Acking anything after this would be a lie.
             log.error("journal write failed, refusing further writes: %s", err)
             self.failed = err
-            return err
-        nbytes = out.offset - begin
+            return _Group(batch, error=err)
         self.written_position = Position(self._file_id, out.offset)
-        self.observer.on_sync(time.perf_counter() - started, entries, len(parts) // 2, nbytes)
-        if out.offset >= self.max_file_size_bytes:
+        return _Group(batch, self._fd, None, started, entries, len(parts) // 2, out.offset - begin)
+
+    def _roll(self) -> int:
+        """Opens the next file right after the current one's last group was written (so the position a
+        checkpoint takes once that group is acknowledged is already in the new file); returns the old
+        file's descriptor, still to be synced, or -1 when the roll failed."""
+        try:
+            return self._open_file(self._file_id + 1)
+        except OSError as err:
+            log.error("journal roll failed: %s", err)
+            self.failed = err
+            return -1
+
+    # -- the force stage (force thread) ----------------------------------------------------------------
+
+    def _force_loop(self) -> None:
+        forces = self._forces
+        while True:
+            groups = [forces.get()]
+            while groups[-1] is not None:  # everything written so far shares one sync
+                try:
+                    groups.append(forces.get_nowait())
+                except queue.Empty:
+                    break
+            stop = groups[-1] is None
+            if stop:
+                groups.pop()
             try:
-                self._open_file(self._file_id + 1)
-            except OSError as err:
-                log.error("journal roll failed: %s", err)
-                self.failed = err
-        return None
+                if groups:
+                    self._force(groups)
+            except BaseException as err:  # a bug: fail the groups rather than leave their waiters hanging
+                log.exception("journal force stage failed")
+                self.failed = self.failed or err
+                self._complete([(g.items, self.failed) for g in groups])
+            finally:
+                for _ in range(len(groups) + stop):
+                    forces.task_done()
+            if stop:
+                return
+
+    def _force(self, groups: list[_Group]) -> None:
+        """Makes ``groups`` durable with one sync and completes them, in order. A group that failed to be
+        written fails, and so does every later one (the writer fails them too); after a failed sync,
+        everything fails."""
+        if self._sync_error is not None:
+            self._complete([(g.items, self._sync_error) for g in groups])
+            return
+        written = 0
+        while written < len(groups) and groups[written].error is None:
+            written += 1
+        synced, rest = groups[:written], groups[written:]
+        error: Optional[BaseException] = None
+        with_bytes = [g for g in synced if g.nbytes]
+        if with_bytes:
+            if self.sync:
+                try:
+                    # All in one file: a new file takes no group until the old file's are forced.
+                    self._sync_file(with_bytes[-1].fd)
+                except OSError as err:
+                    log.error("journal sync failed, refusing further writes: %s", err)
+                    self._sync_error = error = err
+                    self.failed = self.failed or err
+            if error is None:
+                try:
+                    self.observer.on_sync(
+                        time.perf_counter() - with_bytes[0].started, sum(g.entries for g in with_bytes),
+                        sum(g.records for g in with_bytes), sum(g.nbytes for g in with_bytes),
+                    )
+                except Exception:
+                    log.exception("journal observer failed")
+        self._complete([(g.items, error) for g in synced] + [(g.items, g.error) for g in rest])
+
+    def _complete(self, outcomes: list[tuple[list[_Item], Optional[BaseException]]]) -> None:
+        try:
+            self._loop.call_soon_threadsafe(_complete, outcomes)
+        except RuntimeError:  # the loop is gone (process exit): nobody waits any more
+            pass
 
     # -- reclaim and close -----------------------------------------------------------------------------
 
@@ -352,33 +489,48 @@ class Journal:
         return removed
 
     async def close(self) -> None:
-        """Writes and syncs everything queued, then stops the thread and closes the file. Idempotent."""
-        thread = self._thread
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        if thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, thread.join)
-            self._thread = None
-            # The last group's completions were scheduled with call_soon_threadsafe; let them run.
-            await asyncio.sleep(0)
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Refuses new records, waits until everything accepted is written and forced (or failed), then
+        closes the file. Idempotent; concurrent calls all wait for the same close."""
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        try:
+            with self._cond:
+                started = self.state is JournalState.OPEN
+                self.state = JournalState.CLOSING
+                self._cond.notify()
+            if started:
+                await asyncio.get_running_loop().run_in_executor(None, self._join_threads)
+                # The last groups' completions were scheduled with call_soon_threadsafe; let them run.
+                await asyncio.sleep(0)
+            if self._out is not None:
+                self._out.close()
+                self._out = None
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        finally:
+            self.state = JournalState.CLOSED
+            self._closed.set_result(None)
+
+    def _join_threads(self) -> None:
+        for thread in (self._writer, self._forcer):
+            if thread is not None:
+                thread.join()
 
 
-def _complete(batch: list[_Item], error: Optional[BaseException]) -> None:
-    for item in batch:
-        future = item.future
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(OSError(f"journal write failed: {error}"))
+def _complete(outcomes: list[tuple[list[_Item], Optional[BaseException]]]) -> None:
+    for items, error in outcomes:
+        for item in items:
+            future = item.future
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(OSError(f"journal write failed: {error}"))
 
 
-__all__ = ["Journal", "JournalClosedError", "JournalObserver", "Position", "ReplayedRecord", "fsync_dir"]
+__all__ = ["Journal", "JournalClosedError", "JournalObserver", "JournalState", "Position", "ReplayedRecord",
+           "fsync_dir"]

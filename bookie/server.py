@@ -37,6 +37,28 @@ from .storage import Storage
 log = logging.getLogger("bookie.server")
 
 
+def server_options(config: BookieConfig) -> list[tuple[str, int]]:
+    """The gRPC server arguments of a bookie.
+
+    Keepalive (gRPC's ``doc/keepalive.md``): by default a gRPC server accepts a ping at most every
+    5 minutes while calls are in flight and no data moves, and at most every 2 hours on a connection
+    without calls; every sooner ping is a strike, and after ``max_ping_strikes`` (2) the server closes the
+    connection with GOAWAY ``too_many_pings``. Ledger clients ping every ``grpc_keepalive_interval_ms``,
+    with or without calls (``bookie.client.bookie_client.channel_options``), so the bookie permits pings
+    without calls and down to half that interval: the half is slack for scheduling jitter, since strikes
+    are only forgiven when the server sends data, and on an idle stream a few pings received a little
+    early would otherwise add up to a GOAWAY over hours.
+    """
+    return [
+        ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
+        ("grpc.max_send_message_length", config.grpc_max_message_bytes),
+        ("grpc.so_reuseport", 0),  # two bookies must never share a port
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", config.grpc_keepalive_interval_ms // 2),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+
 class BookieServer:
     """One running bookie (in this process). ``await start()``, then ``await close()`` (idempotent)."""
 
@@ -68,13 +90,7 @@ class BookieServer:
     async def start(self) -> None:
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", config.grpc_max_message_bytes),
-                ("grpc.max_send_message_length", config.grpc_max_message_bytes),
-                ("grpc.so_reuseport", 0),  # two bookies must never share a port
-            ]
-        )
+        self._server = grpc.aio.server(options=server_options(config))
         try:
             self.port = self._server.add_insecure_port(f"{config.bind_host}:{config.port}")
         except RuntimeError as err:

@@ -1,4 +1,5 @@
-"""The gRPC face of a bookie: ``magnetar.bookie.v1.BookieService`` over :class:`bookie.storage.Storage`.
+"""The gRPC face of a bookie: ``magnetar.bookie.v1.BookieService`` over a
+:class:`~bookie.ledger_storage.LedgerStorage` (the process entry point hands in the implementation).
 
 Handlers are registered without deserializers, so request bytes reach this code as they came off the
 wire and a malformed message is answered INVALID_ARGUMENT with a message saying what was wrong (gRPC's own
@@ -26,10 +27,9 @@ import magnetar
 from magnetar.proto import bookie_pb2
 
 from .errors import InvalidRequestError
-from .journal import JournalClosedError
 from .metrics import BookieMetrics
 from .adds import INTERNAL, INVALID, OK_ANSWER, UNAVAILABLE, AddTicket
-from .storage import Storage
+from .ledger_storage import LedgerStorage, StorageClosedError
 
 log = logging.getLogger("bookie.service")
 
@@ -68,7 +68,7 @@ def _unary(fn: Callable) -> Callable:
             raise
         except _Invalid as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except JournalClosedError:
+        except StorageClosedError:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"bookie {self.bookie_id} is shutting down")
         except OSError as err:
             log.error("%s failed: %s", fn.__name__, err)
@@ -84,12 +84,12 @@ class BookieService:
     """The servicer. ``handler()`` gives the generic handler to add to a ``grpc.aio`` server.
 
     Args:
-        storage: the bookie's storage (started).
+        storage: the bookie's ledger storage (started).
         metrics: its metrics.
         bookie_id: reported by GetBookieInfo and in messages.
     """
 
-    def __init__(self, storage: Storage, metrics: BookieMetrics, *, bookie_id: str) -> None:
+    def __init__(self, storage: LedgerStorage, metrics: BookieMetrics, *, bookie_id: str) -> None:
         self.storage = storage
         self.metrics = metrics
         self.bookie_id = bookie_id
@@ -211,7 +211,7 @@ class BookieService:
             return ticket.answer
         try:
             result = await ticket.waiter
-        except JournalClosedError:
+        except StorageClosedError:
             return (UNAVAILABLE, f"bookie {self.bookie_id} is shutting down", None)
         except OSError as err:
             return (INTERNAL, f"bookie {self.bookie_id}: journal failure: {err}", None)
@@ -270,7 +270,7 @@ class BookieService:
             raise
         except _Invalid as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except JournalClosedError:
+        except StorageClosedError:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"bookie {self.bookie_id} is shutting down")
         except OSError as err:
             log.error("read failed: %s", err)
@@ -299,7 +299,7 @@ class BookieService:
 
     def _check_serving(self) -> None:
         if self.closing:
-            raise JournalClosedError("shutting down")
+            raise StorageClosedError("shutting down")
 
     @_unary
     async def read_last_add_confirmed(self, raw: bytes, context) -> bytes:
@@ -328,7 +328,7 @@ class BookieService:
     @_unary
     async def get_bookie_info(self, raw: bytes, context) -> bytes:
         _parse(bookie_pb2.BookieInfoRequest, raw, "BookieInfoRequest")
-        usage = shutil.disk_usage(self.storage.config.data_dir)
+        usage = shutil.disk_usage(self.storage.data_dir)
         return bookie_pb2.BookieInfoResponse(
             bookie_id=self.bookie_id,
             read_only=self.storage.read_only,
@@ -336,5 +336,5 @@ class BookieService:
             total_disk_bytes=usage.total,
             ledger_count=self.storage.ledger_count,
             version=magnetar.__version__,
-            entry_max_size_bytes=self.storage.config.entry_max_size_bytes,
+            entry_max_size_bytes=self.storage.entry_max_size_bytes,
         ).SerializeToString()

@@ -22,7 +22,8 @@ Theory of operation (the shape of BookKeeper's DbLedgerStorage):
   index-range deletion at the next flush; :mod:`bookie.gc` reclaims the entry-log space later.
 
 Threads: the event loop owns every in-memory structure; one storage thread runs flushes and GC steps
-(so they never race each other); a small pool serves entry-log reads; the journal has its own writer.
+(so they never race each other); a small pool serves entry-log reads; the journal has its own writer and force
+threads.
 
 Flush and replay live in :mod:`bookie.storage_flush` (``Storage`` inherits them); the per-ledger state in
 :mod:`bookie.storage_state`.
@@ -35,6 +36,7 @@ import concurrent.futures
 import fcntl
 import logging
 import os
+import pathlib
 import time
 from typing import AsyncIterator, Optional, Sequence
 
@@ -44,13 +46,14 @@ from . import codec
 from .adds import (CONFLICT, FENCED, INTERNAL, NO_SUCH_ENTRY, NO_SUCH_LEDGER, OK, OK_ANSWER, READ_ONLY, SHUTTING_DOWN,
                    AddAnswer, AddTicket, Refused, summarize, validate)
 from .config import BookieConfig
-from .entrylog import EntryLogWriter, ReadResult, list_entry_logs, read_indexed
+from .entrylog import EntryLogWriter, list_entry_logs, read_indexed
 from .errors import BookieError
 from .gc import Action, GarbageCollector
 from .index import Index
-from .journal import Journal, JournalClosedError, JournalObserver, Position
+from .journal import Journal, JournalClosedError, Position
 from .storage_flush import StorageFlush
-from .storage_state import LacInfo, LedgerState, StorageState
+from .ledger_storage import LacInfo, LedgerStorage, ReadResult, StorageClosedError, StorageObserver
+from .storage_state import LedgerState, StorageState
 from .writecache import WriteCache
 
 log = logging.getLogger("bookie.storage")
@@ -60,21 +63,9 @@ READ_CHUNK_ENTRIES = 8192
 _DISK_RUN_MAX = 512
 
 
-class StorageObserver(JournalObserver):
-    """Metrics hooks (no-ops here). ``on_sync`` runs on the journal thread, the others on the loop."""
-
-    def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
-        pass
-
-    def on_gc_reclaimed(self, nbytes: int) -> None:
-        pass
-
-    def on_corrupt_read(self) -> None:
-        pass
-
-
-class Storage(StorageFlush):
-    """A bookie's durable state. ``await start()`` replays the journal; ``await close()`` drains and flushes."""
+class Storage(StorageFlush, LedgerStorage):
+    """A bookie's durable state, the :class:`LedgerStorage` its service uses. ``await start()`` replays the
+    journal; ``await close()`` drains and flushes."""
 
     def __init__(self, config: BookieConfig, *, observer: Optional[StorageObserver] = None) -> None:
         self.config = config
@@ -206,6 +197,14 @@ class Storage(StorageFlush):
     @property
     def cached_bytes(self) -> int:
         return self._cache.total_bytes
+
+    @property
+    def data_dir(self) -> pathlib.Path:
+        return self.config.data_dir
+
+    @property
+    def entry_max_size_bytes(self) -> int:
+        return self._entry_max
 
     def set_read_only(self, read_only: bool, reason: str = "") -> None:
         self.read_only = read_only
@@ -416,7 +415,7 @@ class Storage(StorageFlush):
 
     def _check_open(self) -> None:
         if self.state is not StorageState.OPEN:
-            raise JournalClosedError("the bookie is shutting down")
+            raise StorageClosedError("the bookie is shutting down")
 
     # -- reads ---------------------------------------------------------------------------------------------
 

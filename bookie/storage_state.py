@@ -7,11 +7,10 @@ All of it is owned by the event loop: the storage thread sees ledger states only
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
 
 from .index import LedgerRecord
 
-__all__ = ["LacInfo", "LedgerState", "StorageState"]
+__all__ = ["LedgerState", "StorageState"]
 
 
 class StorageState(enum.Enum):
@@ -35,10 +34,4 @@ class LedgerState:
     def record(self) -> LedgerRecord:
         return LedgerRecord(self.fenced, self.deleted, self.lac, self.last_entry_id)
 
-
-class LacInfo(NamedTuple):
-    last_add_confirmed: int
-    last_entry_id: int
-    fenced: bool
-    known: bool
 

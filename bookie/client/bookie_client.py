@@ -38,15 +38,34 @@ Status = bookie_pb2.Status
 AddCallback = Callable[[str, int, int, str], None]
 
 _SERVICE = "/magnetar.bookie.v1.BookieService/"
-_CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-]
+
+
+def channel_options(*, keepalive_interval_ms: int, keepalive_timeout_ms: int) -> list[tuple[str, int]]:
+    """The gRPC arguments of a bookie channel.
+
+    Keepalive (gRPC's ``doc/keepalive.md``): the channel pings the bookie every ``keepalive_interval_ms``,
+    with or without a call in flight and however long no data moved (an idle AddEntries stream must notice
+    a dead bookie before an add times out on it), and drops the connection when a ping is not acknowledged
+    within ``keepalive_timeout_ms``. A gRPC server counts every ping that comes sooner than it allows as a
+    strike and, after two, answers GOAWAY ``too_many_pings``; a bookie allows pings down to half its
+    ``grpc_keepalive_interval_ms`` (see ``bookie.server.server_options``), so this interval must be at
+    least that: the same value on both sides is the intended setting.
+
+    Each client owns its connection (a local subchannel pool): gRPC would otherwise share one connection
+    among channels with the same target and arguments, and one client's traffic would hide another's
+    keepalive behaviour (and one client's close or failure would be another's).
+    """
+    return [
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.keepalive_time_ms", keepalive_interval_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
 
 
 class ClientState(enum.Enum):
@@ -94,6 +113,8 @@ class BookieClient:
         read_timeout_s: float = 5.0,
         max_request_bytes: int = 4 * 1024 * 1024,
         max_inflight_requests: int = 64,
+        keepalive_interval_ms: int = 10_000,
+        keepalive_timeout_ms: int = 5_000,
     ) -> None:
         self.bookie_id = bookie_id
         self.address = address
@@ -102,7 +123,8 @@ class BookieClient:
         self.max_request_bytes = max_request_bytes
         self.max_inflight_requests = max_inflight_requests
         self.state = ClientState.IDLE
-        self._channel = aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._channel = aio.insecure_channel(address, options=channel_options(
+            keepalive_interval_ms=keepalive_interval_ms, keepalive_timeout_ms=keepalive_timeout_ms))
         self._add_call = self._channel.stream_stream(
             _SERVICE + "AddEntries", request_serializer=None, response_deserializer=bookie_pb2.AddResponse.FromString
         )

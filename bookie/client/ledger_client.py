@@ -58,6 +58,9 @@ class LedgerClientConfig:
             batches grow with load and the per-request cost (gRPC, fsync) is paid per batch.
         ensemble_change_attempts_max: bound on successive ensemble-change rounds for one failure burst.
         recovery_attempts_max: bound on recovery retries when bookies do not answer.
+        keepalive_interval_ms: each bookie channel pings its bookie this often (gRPC keepalive); at least
+            the bookies' ``grpc_keepalive_interval_ms``, or they answer GOAWAY ``too_many_pings``.
+        keepalive_timeout_ms: a ping not acknowledged within this drops the connection.
     """
 
     ensemble_size: int = 3
@@ -71,6 +74,8 @@ class LedgerClientConfig:
     max_inflight_requests: int = 2
     ensemble_change_attempts_max: int = 8
     recovery_attempts_max: int = 5
+    keepalive_interval_ms: int = 10_000
+    keepalive_timeout_ms: int = 5_000
 
 
 class LedgerClient:
@@ -127,6 +132,8 @@ class LedgerClient:
                 read_timeout_s=self.config.read_timeout_s,
                 max_request_bytes=self.config.max_request_bytes,
                 max_inflight_requests=self.config.max_inflight_requests,
+                keepalive_interval_ms=self.config.keepalive_interval_ms,
+                keepalive_timeout_ms=self.config.keepalive_timeout_ms,
             )
             self._clients[bookie_id] = client
         return client

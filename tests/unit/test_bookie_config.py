@@ -114,3 +114,20 @@ def test_metrics_endpoint():
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/nope", timeout=5)
         assert info.value.code == 404
     server.close()  # idempotent
+
+
+def test_default_keepalive_of_clients_is_what_bookies_permit(tmp_path):
+    """Ledger clients ping every keepalive interval, with or without calls in flight; a bookie must accept
+    that (gRPC answers pings sooner than it allows with GOAWAY too_many_pings)."""
+    from bookie.client import LedgerClientConfig
+    from bookie.client.bookie_client import channel_options
+    from bookie.server import server_options
+
+    client_config = LedgerClientConfig()
+    client = dict(channel_options(keepalive_interval_ms=client_config.keepalive_interval_ms,
+                                  keepalive_timeout_ms=client_config.keepalive_timeout_ms))
+    server = dict(server_options(BookieConfig.from_mapping({"data_dir": str(tmp_path)})))
+    assert client["grpc.keepalive_permit_without_calls"] == 1
+    assert server["grpc.keepalive_permit_without_calls"] == 1
+    assert client["grpc.keepalive_time_ms"] >= server["grpc.http2.min_ping_interval_without_data_ms"] > 0
+    assert client["grpc.http2.max_pings_without_data"] == 0, "an idle stream must keep pinging"

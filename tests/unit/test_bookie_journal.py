@@ -1,19 +1,26 @@
-"""The journal: group commit, replay from a checkpoint, torn tails cut at every possible offset, rolling and
-reclaiming files."""
+"""The journal: group commit, the force stage apart from the write stage (acknowledged only after the covering
+sync, in order, writing overlapping a slow sync, close during a sync), replay from a checkpoint, torn tails cut
+at every possible offset, rolling and reclaiming files."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import pathlib
 import shutil
+import threading
+import time
+from typing import Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bookie import codec
-from bookie.journal import Journal, JournalObserver, Position, list_journal_files
+from bookie.journal import (Journal, JournalClosedError, JournalObserver, JournalState, Position,
+                            list_journal_files)
+from tests.kit.wait import wait_for_async
 
 
 class CountingObserver(JournalObserver):
@@ -170,3 +177,167 @@ async def test_write_failure_fails_waiters_and_later_appends(tmp_path, direct_io
         await journal.append(codec.RecordType.ADD, b"refused")
     journal._fd = -1
     await journal.close()
+
+
+# -- the force stage --------------------------------------------------------------------------------------
+
+
+class GatedSync:
+    """A ``sync_file`` that syncs for real, remembers how much of the file each finished sync covers, and
+    holds its first ``hold`` calls until ``release`` is set (a slow disk); ``fail`` makes it raise instead."""
+
+    def __init__(self, *, hold: int = 0, delay_s: float = 0.0) -> None:
+        self.hold = hold
+        self.delay_s = delay_s
+        self.calls = 0
+        self.covered = 0  # bytes of the file made durable by the syncs finished so far
+        self.entered = threading.Event()  # a held call is waiting
+        self.release = threading.Event()
+        self.fail: Optional[OSError] = None
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        size = os.fstat(fd).st_size  # everything written before the sync started
+        with self._lock:
+            self.calls += 1
+            held = self.calls <= self.hold
+        if held:
+            self.entered.set()
+            assert self.release.wait(30), "the test never released the sync"
+        if self.delay_s:
+            time.sleep(self.delay_s)  # a slow disk, widening the window an early acknowledgement would use
+        if self.fail is not None:
+            raise self.fail
+        os.fdatasync(fd)
+        with self._lock:
+            self.covered = max(self.covered, size)
+
+
+def open_journal(directory: pathlib.Path, **kwargs) -> Journal:
+    journal = Journal(directory, max_file_size_bytes=kwargs.pop("max_file_size_bytes", 1 << 30), **kwargs)
+    for _ in journal.replay(None):
+        pass
+    journal.start(asyncio.get_running_loop())
+    return journal
+
+
+async def not_done_within(aw, timeout_s: float = 0.2) -> bool:
+    """True when ``aw`` (a future or task) is still pending after ``timeout_s`` (something must NOT happen)."""
+    done, _ = await asyncio.wait({aw}, timeout=timeout_s)
+    return not done
+
+
+async def test_acknowledgement_never_precedes_the_covering_sync(tmp_path, direct_io):
+    sync = GatedSync(delay_s=0.002)
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync)
+    acked: list[tuple[int, int]] = []  # (record index, bytes durable when its acknowledgement ran)
+    futures = []
+    bodies = []
+    for _round in range(30):
+        for _ in range(20):
+            index = len(futures)
+            bodies.append(f"record-{index}-".encode() * (1 + index % 7))
+            future = journal.append(codec.RecordType.ADD, bodies[-1], 1)
+            future.add_done_callback(lambda _f, index=index: acked.append((index, sync.covered)))
+            futures.append(future)
+        await futures[-20]  # many groups, not one: the rest of this round may still be in flight
+    await asyncio.gather(*futures)
+    await journal.close()
+    (_, path), = list_journal_files(tmp_path)
+    ends = [end for _start, end, kind in record_spans(path.read_bytes()) if kind == codec.RecordType.ADD]
+    assert sync.calls > 1, "the records should have gone out in several groups"
+    assert [index for index, _ in acked] == list(range(len(bodies))), "acknowledged out of order"
+    early = [(index, ends[index], covered) for index, covered in acked if ends[index] > covered]
+    assert early == [], "(record, its end, bytes synced) acknowledged before a sync covered them"
+    assert replay_all(tmp_path) == [(codec.RecordType.ADD, b) for b in bodies]
+
+
+async def test_the_next_group_is_written_while_a_slow_sync_runs(tmp_path, direct_io):
+    sync = GatedSync(hold=1)
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync)
+    try:
+        first = journal.append(codec.RecordType.ADD, b"first", 1)
+        await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
+        first_end = journal.written_position
+        second = journal.append(codec.RecordType.ADD, b"second", 1)
+        await wait_for_async(lambda: journal.written_position > first_end, 5,
+                             what="the second group written while the first sync is held")
+        assert await not_done_within(first), "acknowledged while its sync is still running"
+        assert not second.done()
+        order = []
+        first.add_done_callback(lambda _f: order.append("first"))
+        second.add_done_callback(lambda _f: order.append("second"))
+    finally:
+        sync.release.set()
+    await asyncio.gather(first, second)
+    assert order == ["first", "second"]
+    assert sync.calls == 2, "the second group is forced by a sync of its own, after the first"
+    await journal.close()
+    assert replay_all(tmp_path) == [(codec.RecordType.ADD, b"first"), (codec.RecordType.ADD, b"second")]
+
+
+async def test_close_during_a_sync_waits_for_it_and_refuses_new_records(tmp_path, direct_io):
+    sync = GatedSync(hold=1)
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync)
+    try:
+        first = journal.append(codec.RecordType.ADD, b"first", 1)
+        await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
+        second = journal.append(codec.RecordType.ADD, b"second", 1)
+        barrier = journal.barrier()
+        closing = asyncio.create_task(journal.close())
+        await wait_for_async(lambda: journal.state is JournalState.CLOSING, 5, what="the journal closing")
+        with pytest.raises(JournalClosedError):
+            journal.append(codec.RecordType.ADD, b"late", 1)
+        with pytest.raises(JournalClosedError):
+            journal.barrier()
+        assert await not_done_within(closing), "close returned while a sync was in flight"
+        assert not first.done() and not second.done() and not barrier.done()
+    finally:
+        sync.release.set()
+    await closing
+    assert [first.result(), second.result(), barrier.result()] == [None, None, None]
+    assert journal.state is JournalState.CLOSED
+    await journal.close()  # idempotent
+    assert replay_all(tmp_path) == [(codec.RecordType.ADD, b"first"), (codec.RecordType.ADD, b"second")]
+
+
+async def test_a_failed_sync_fails_its_records_and_every_later_one(tmp_path, direct_io):
+    sync = GatedSync(hold=1)
+    sync.fail = OSError(errno.EIO, "injected sync failure")
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync)
+    try:
+        first = journal.append(codec.RecordType.ADD, b"first", 1)
+        await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
+        first_end = journal.written_position
+        second = journal.append(codec.RecordType.ADD, b"second", 1)
+        await wait_for_async(lambda: journal.written_position > first_end, 5, what="the second group written")
+        closing = asyncio.create_task(journal.close())
+    finally:
+        sync.release.set()
+    await closing
+    for future in (first, second):
+        with pytest.raises(OSError, match="injected sync failure"):
+            future.result()
+    assert isinstance(journal.failed, OSError)
+    assert journal.state is JournalState.CLOSED
+
+
+async def test_a_new_file_takes_no_record_before_the_old_one_is_synced(tmp_path, direct_io):
+    sync = GatedSync(hold=1)
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync, max_file_size_bytes=4096)
+    try:
+        big = b"fills the first file" * 250
+        first = journal.append(codec.RecordType.ADD, big, 1)
+        await wait_for_async(sync.entered.is_set, 5, what="the first file's last sync started")
+        await wait_for_async(lambda: len(list_journal_files(tmp_path)) == 2, 5, what="the next file opened")
+        rolled_to = journal.written_position
+        second = journal.append(codec.RecordType.ADD, b"second", 1)
+        assert await not_done_within(second)
+        assert journal.written_position == rolled_to, "a record went into the new file before the old synced"
+        assert not first.done()
+    finally:
+        sync.release.set()
+    await asyncio.gather(first, second)
+    assert journal.written_position > rolled_to
+    await journal.close()
+    assert replay_all(tmp_path) == [(codec.RecordType.ADD, big), (codec.RecordType.ADD, b"second")]

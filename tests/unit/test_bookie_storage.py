@@ -341,3 +341,25 @@ async def test_restarts_without_writes_do_not_pile_up_journal_files(tmp_path):
         s = await open_storage(tmp_path / "a")
         await s.close()
     assert len(list_journal_files(tmp_path / "a" / "journal")) == 1
+
+
+async def test_storage_implements_the_ledger_storage_interface(storage):
+    from bookie.ledger_storage import LedgerStorage, StorageClosedError
+
+    assert isinstance(storage, LedgerStorage)
+    assert storage.data_dir == storage.config.data_dir
+    assert storage.entry_max_size_bytes == storage.config.entry_max_size_bytes
+    await storage.close()
+    with pytest.raises(StorageClosedError):
+        await storage.fence(1)
+
+
+def test_the_service_depends_on_the_interface_not_the_implementation():
+    """``bookie.service`` must import without the storage implementation (nor its journal, index...)."""
+    import subprocess
+    import sys
+
+    code = "import sys, bookie.service; print(' '.join(sorted(m for m in sys.modules if m.startswith('bookie'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "bookie.ledger_storage" in loaded
+    assert not {"bookie.storage", "bookie.journal", "bookie.index", "bookie.entrylog"} & set(loaded), loaded
