@@ -34,7 +34,8 @@ def test_parses_pulsars_format_with_tls_urls_in_order_of_first_appearance() -> N
         AdvertisedListener("external", "pulsar://203.0.113.7:16650", "pulsar+ssl://203.0.113.7:16651"),
     )
     assert parse_advertised_listeners("") == ()
-    assert parse_advertised_listeners("tls:pulsar+ssl://h:6651") == (AdvertisedListener("tls", "", "pulsar+ssl://h:6651"),)
+    only_tls = AdvertisedListener("tls", "", "pulsar+ssl://h:6651")
+    assert parse_advertised_listeners("tls:pulsar+ssl://h:6651") == (only_tls,)
 
 
 @pytest.mark.parametrize("text, fragment", [
