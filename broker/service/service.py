@@ -181,9 +181,9 @@ class BrokerService:
         return {conn for server in self._servers for conn in server.connections}
 
     def connection_counts(self) -> dict[str, int]:
-        """Open connections, and those accepted / closed since the service started."""
-        server = self._server
-        return {"active": len(server.connections), "created": server.created, "closed": server.closed}
+        """Open connections, and those accepted / closed since the service started (every listening port)."""
+        return {"active": sum(len(s.connections) for s in self._servers),
+                "created": sum(s.created for s in self._servers), "closed": sum(s.closed for s in self._servers)}
 
     def generate_producer_name(self) -> str:
         """Unique across brokers and restarts (a random instance id), as dedup requires."""
