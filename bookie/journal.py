@@ -50,7 +50,6 @@ import time
 from typing import Callable, Iterator, NamedTuple, Optional
 
 from . import codec
-from .errors import BookieUnavailableError
 from .directio import BlockAppender, open_for_append
 from .ledger_storage import StorageClosedError
 

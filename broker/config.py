@@ -17,6 +17,8 @@ from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_D
 from magnetar.config import TomlSettings
 from magnetar.errors import ConfigError
 
+from .listeners import AdvertisedListener, internal_listener, parse_advertised_listeners
+
 _MiB = 1024 * 1024
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _INT32_MAX = (1 << 31) - 1
@@ -44,6 +46,12 @@ class BrokerConfig(TomlSettings):
         port: binary-protocol port (``pulsar://``); 0 picks a free one (see ``endpoints.json``).
         http_port: admin REST, lookup, ``/metrics`` and ``/health`` port; 0 picks a free one.
         advertised_host: the host clients are told to connect to.
+        advertised_listeners: named addresses of this broker, Pulsar's ``advertisedListeners`` format
+            ``name:pulsar://host:port[,name:pulsar+ssl://host:port,...]``: a client that gives a listener name
+            (pulsar-client ``listener_name``) is answered with that listener's URLs; a ``pulsar://`` URL on a
+            local host and another port is served too (see broker/listeners.py). Empty: none.
+        internal_listener_name: the listener whose ``pulsar://`` URL is this broker's default (registered,
+            answered to clients that give no listener name); empty: the first (Pulsar ``internalListenerName``).
         zk_session_timeout_ms: ZooKeeper session timeout: a dead broker's bundles are re-assigned after it.
         managed_ledger_ensemble_size, managed_ledger_write_quorum, managed_ledger_ack_quorum: E/Qw/Qa of
             the ledgers topics write.
@@ -141,6 +149,8 @@ class BrokerConfig(TomlSettings):
     port: int = 6650
     http_port: int = 8080
     advertised_host: str = "127.0.0.1"
+    advertised_listeners: str = ""
+    internal_listener_name: str = ""
     zk_session_timeout_ms: int = 10_000
     managed_ledger_ensemble_size: int = 3
     managed_ledger_write_quorum: int = 2
@@ -218,6 +228,11 @@ class BrokerConfig(TomlSettings):
         """The global store's connect string (the region's ZooKeeper when none is configured)."""
         return self.configuration_store or self.zookeeper
 
+    @property
+    def listeners(self) -> tuple[AdvertisedListener, ...]:
+        """``advertised_listeners`` parsed (validated at construction)."""
+        return parse_advertised_listeners(self.advertised_listeners)
+
     def effective_broker_id(self, http_port: int) -> str:
         """The configured id, or ``advertised_host:http_port`` (Pulsar's lookup service address)."""
         return self.broker_id or f"{self.advertised_host}:{http_port}"
@@ -245,6 +260,7 @@ class BrokerConfig(TomlSettings):
             value = getattr(self, name)
             if not value or any(c.isspace() for c in value) or "/" in value:
                 raise ConfigError(f"{name} is not a host name or address: {value!r}")
+        internal_listener(self.listeners, self.internal_listener_name)  # raises ConfigError
         positive = (
             "zk_session_timeout_ms", "managed_ledger_ensemble_size", "managed_ledger_write_quorum",
             "managed_ledger_ack_quorum", "managed_ledger_max_entries_per_ledger",

@@ -32,6 +32,12 @@ boundaries), commits the new boundaries by compare-and-set, switches its own bun
 deletes the old bundle's node. Its topics stay loaded: they now belong to halves it owns. With ``unload``
 the halves are then unloaded like any bundle, so the next lookups place them by load.
 
+Advertised listeners. A lookup may name a listener (:mod:`broker.listeners`); the answer then carries the
+owner's URLs for it, read from the ownership record (which holds the owner's listeners, as Pulsar's
+``NamespaceEphemeralData`` does) or, for a redirect, from the chosen broker's registration. A broker
+without that listener fails the lookup with :class:`~.ownership_errors.UnknownListenerError` (Pulsar:
+``ServiceNotReady`` naming the listener), checked before this broker acquires anything for it.
+
 Losing ownership. When the ZooKeeper session is LOST every ephemeral node of this broker is gone, so the
 owned map is cleared at once (``is_owned_by_me`` turns False before any other coroutine runs) and the
 topics of those bundles are unloaded through the unloader the process wires in; the next lookup assigns
@@ -59,13 +65,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from config_store import (BadVersionError, ConfigurationStore, EphemeralRegistration, InvalidMetadataError,
                           MetadataError, MetadataStore, NotFoundError, Policies, SessionEvent)
-from config_store.brokers import BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner, BundleStats
+from config_store.brokers import (AdvertisedListener, BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner,
+                                  BundleStats)
 from magnetar.topic_name import TopicName
 
 from . import metrics_names as names
 from .bundles import NamespaceBundle, NamespaceBundles, bundles_data, default_boundaries, parse_bundles_data
 from .load_balance import ResourceWeights, choose_broker
-from .ownership_api import LookupResult, Ownership
+from .ownership_api import LookupResult, Ownership, listener_urls
 from .ownership_errors import NamespaceNotFoundError, OwnershipError, ServiceUnitNotReadyError
 
 log = logging.getLogger("broker.ownership")
@@ -128,6 +135,7 @@ class BundleOwnership(Ownership):
         self.pulsar_url_tls = ""
         self.http_url = ""
         self.http_url_tls = ""
+        self.listeners: tuple[AdvertisedListener, ...] = ()
         self._store = local_store
         self._configuration = configuration
         self._registry = BrokerRegistry(local_store)
@@ -170,14 +178,17 @@ class BundleOwnership(Ownership):
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
-    async def start(self, *, pulsar_url: str, http_url: str, pulsar_url_tls: str = "", http_url_tls: str = "") -> None:
-        """Publishes ``/brokers/<broker_id>`` and starts serving lookups. Idempotent."""
+    async def start(self, *, pulsar_url: str, http_url: str, pulsar_url_tls: str = "", http_url_tls: str = "",
+                    listeners: tuple[AdvertisedListener, ...] = ()) -> None:
+        """Publishes ``/brokers/<broker_id>`` (with ``listeners``, this broker's advertised listeners) and
+        starts serving lookups. Idempotent."""
         if self._state is _State.STARTED:
             return
         if self._state is not _State.NEW:
             raise OwnershipError("a closed BundleOwnership cannot be restarted")
         self.pulsar_url, self.http_url = pulsar_url, http_url
         self.pulsar_url_tls, self.http_url_tls = pulsar_url_tls, http_url_tls
+        self.listeners = tuple(listeners)
         self._policies = self._configuration.policies_cache()
         self._policies.add_listener(self._on_policies)
         self._store.add_session_listener(self._on_session)
@@ -303,38 +314,40 @@ class BundleOwnership(Ownership):
         owned = self._owned.get(bundle)
         return owned is not None and not owned.releasing
 
-    async def lookup(self, topic: str, *, authoritative: bool = False) -> LookupResult:
-        """Where ``topic`` is served (see the module docstring); acquires its bundle when this broker is
-        the one to serve it.
+    async def lookup(self, topic: str, *, authoritative: bool = False, listener_name: str = "") -> LookupResult:
+        """Where ``topic`` is served (see the module docstring), with the server's URLs for
+        ``listener_name`` ("" = its default ones); acquires its bundle when this broker is the one to serve it.
 
         Raises:
-            InvalidTopicNameError, NamespaceNotFoundError, ServiceUnitNotReadyError (retriable).
+            InvalidTopicNameError, NamespaceNotFoundError, ServiceUnitNotReadyError (retriable),
+            UnknownListenerError.
         """
         if self._state in (_State.NEW, _State.CLOSED):
             raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
                 " any more" if self._state is _State.CLOSED else " yet"))
         try:
-            result = await self._lookup(await self.bundle_of(topic), authoritative)
+            result = await self._lookup(await self.bundle_of(topic), authoritative, listener_name)
         except OwnershipError:
             self._m_lookups.labels("error").inc()
             raise
         self._m_lookups.labels("redirect" if result.redirect else "connect").inc()
         return result
 
-    async def lookup_bundle(self, bundle: NamespaceBundle, *, authoritative: bool = False) -> LookupResult:
+    async def lookup_bundle(self, bundle: NamespaceBundle, *, authoritative: bool = False,
+                            listener_name: str = "") -> LookupResult:
         """Like :meth:`lookup`, for a bundle rather than a topic (admin calls on a bundle at its owner)."""
         if self._state in (_State.NEW, _State.CLOSED):
             raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
                 " any more" if self._state is _State.CLOSED else " yet"))
-        return await self._lookup(bundle, authoritative)
+        return await self._lookup(bundle, authoritative, listener_name)
 
-    async def _lookup(self, bundle: NamespaceBundle, authoritative: bool) -> LookupResult:
+    async def _lookup(self, bundle: NamespaceBundle, authoritative: bool, listener_name: str) -> LookupResult:
         for _ in range(self._ATTEMPTS_MAX):
             owned = self._owned.get(bundle)
             if owned is not None:
                 if owned.releasing:
                     raise ServiceUnitNotReadyError(f"bundle {bundle} is being unloaded; retry")
-                return self._self_result()
+                return self._self_result(listener_name)
             try:
                 current = await self._registry.get_owner(bundle.tenant, bundle.namespace, bundle.name)
             except MetadataError as e:
@@ -352,9 +365,10 @@ class BundleOwnership(Ownership):
                     continue
                 if owner.disabled:
                     raise ServiceUnitNotReadyError(f"bundle {bundle} is being unloaded by {owner.broker_id}; retry")
-                return LookupResult(is_self=False, broker_service_url=owner.native_url,
-                                    broker_service_url_tls=owner.native_url_tls, http_url=owner.http_url,
-                                    authoritative=True, redirect=False)
+                url, url_tls = listener_urls(owner.advertised_listeners, listener_name,
+                                             default=(owner.native_url, owner.native_url_tls), broker=owner.broker_id)
+                return LookupResult(is_self=False, broker_service_url=url, broker_service_url_tls=url_tls,
+                                    http_url=owner.http_url, authoritative=True, redirect=False)
             # Unowned: assign it.
             if self._state is not _State.STARTED:
                 target = await self._choose_broker(bundle, exclude_self=True)
@@ -363,18 +377,22 @@ class BundleOwnership(Ownership):
             else:
                 target = await self._choose_broker(bundle, exclude_self=False)
             if target is None:
+                self._self_result(listener_name)  # an unknown listener fails before anything is acquired
                 if await self._acquire(bundle):
-                    return self._self_result()
+                    return self._self_result(listener_name)
                 continue  # lost the race or closing: read again
-            return LookupResult(is_self=False, broker_service_url=target.pulsar_service_url,
-                                broker_service_url_tls=target.pulsar_service_url_tls,
+            url, url_tls = listener_urls(target.advertised_listeners, listener_name,
+                                         default=(target.pulsar_service_url, target.pulsar_service_url_tls),
+                                         broker=target.broker_id)
+            return LookupResult(is_self=False, broker_service_url=url, broker_service_url_tls=url_tls,
                                 http_url=target.web_service_url, authoritative=True, redirect=True)
         raise ServiceUnitNotReadyError(f"bundle {bundle}: ownership kept changing; retry")
 
-    def _self_result(self) -> LookupResult:
-        return LookupResult(is_self=True, broker_service_url=self.pulsar_url,
-                            broker_service_url_tls=self.pulsar_url_tls, http_url=self.http_url,
-                            authoritative=True, redirect=False)
+    def _self_result(self, listener_name: str = "") -> LookupResult:
+        url, url_tls = listener_urls(self.listeners, listener_name, default=(self.pulsar_url, self.pulsar_url_tls),
+                                     broker=self.broker_id)
+        return LookupResult(is_self=True, broker_service_url=url, broker_service_url_tls=url_tls,
+                            http_url=self.http_url, authoritative=True, redirect=False)
 
     def _lock(self, bundle: NamespaceBundle) -> asyncio.Lock:
         lock = self._locks.get(bundle)
@@ -410,7 +428,7 @@ class BundleOwnership(Ownership):
                 return False
             owner = BundleOwner(broker_id=self.broker_id, native_url=self.pulsar_url, http_url=self.http_url,
                                 instance=self.instance, native_url_tls=self.pulsar_url_tls,
-                                http_url_tls=self.http_url_tls)
+                                http_url_tls=self.http_url_tls, advertised_listeners=self.listeners)
             try:
                 won = await self._registry.try_acquire(bundle.tenant, bundle.namespace, bundle.name, owner)
             except MetadataError as e:
@@ -632,7 +650,8 @@ class BundleOwnership(Ownership):
         return BrokerRegistration(
             broker_id=self.broker_id, pulsar_service_url=self.pulsar_url, web_service_url=self.http_url,
             cluster=self.cluster, instance=self.instance, pulsar_service_url_tls=self.pulsar_url_tls,
-            web_service_url_tls=self.http_url_tls, load=load, last_update_ms=int(time.time() * 1000))
+            web_service_url_tls=self.http_url_tls, advertised_listeners=self.listeners, load=load,
+            last_update_ms=int(time.time() * 1000))
 
     async def publish_load(self, *, force: bool = False) -> None:
         """Writes the load report to ``/brokers/<id>`` if it changed (or ``force``)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 from magnetar.errors import MagnetarError
 from magnetar.protocol import pb
 
-__all__ = ["BundleNotFoundError", "NamespaceNotFoundError", "OwnershipError", "ServiceUnitNotReadyError"]
+__all__ = ["BundleNotFoundError", "NamespaceNotFoundError", "OwnershipError", "ServiceUnitNotReadyError",
+           "UnknownListenerError"]
 
 ServerError = pb.ServerError
 
@@ -47,3 +48,15 @@ class ServiceUnitNotReadyError(OwnershipError):
     server_error = ServerError.ServiceNotReady
     http_status = 503
     retriable = True
+
+
+class UnknownListenerError(OwnershipError):
+    """The lookup named an advertised listener the serving broker does not have.
+
+    Pulsar answers a LOOKUP for it ``ServiceNotReady`` with a message naming the listener (pulsar-client then
+    retries until its operation timeout); so does Magnetar. Not a :class:`ServiceUnitNotReadyError`: waiting
+    does not help, so the HTTP lookup does not wait it out (503 at once).
+    """
+
+    server_error = ServerError.ServiceNotReady
+    http_status = 503

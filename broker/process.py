@@ -21,6 +21,7 @@ the service, the HTTP server, the managed ledgers, the ledger client and the sto
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, MetadataStore, NodeExistsError,
                           NotFoundError, Policies, RegionStore, TenantInfo)
-from config_store.brokers import BrokerLoad
+from config_store.brokers import BrokerLoad, listeners_to_json
 from magnetar.config import derive
 from magnetar.errors import MagnetarError
 from observability.runtime import RuntimeMetrics, tune_runtime
@@ -44,6 +45,7 @@ from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
 from .admin import AdminContext, make_app
 from .bundles import NamespaceBundle, bundles_data, default_boundaries, topic_hash
 from .config import BrokerConfig
+from .listeners import internal_listener, listen_addresses
 from .load_balance import ResourceWeights, SplitThresholds
 from .load_manager import LoadManager, LoadManagerSettings
 from .load_report import measure_load
@@ -96,7 +98,14 @@ class BrokerProcess:
 
     @property
     def pulsar_url(self) -> str:
-        return f"pulsar://{self.config.advertised_host}:{self.port}"
+        """The default ``pulsar://`` URL: the internal listener's when there are advertised listeners."""
+        listener = internal_listener(self.config.listeners, self.config.internal_listener_name)
+        return listener.broker_service_url if listener else f"pulsar://{self.config.advertised_host}:{self.port}"
+
+    @property
+    def pulsar_url_tls(self) -> str:
+        listener = internal_listener(self.config.listeners, self.config.internal_listener_name)
+        return listener.broker_service_url_tls if listener else ""
 
     @property
     def http_url(self) -> str:
@@ -128,7 +137,8 @@ class BrokerProcess:
                             http_url=config.cluster_service_url or self.http_url,
                             pulsar_url=config.cluster_broker_service_url or self.pulsar_url,
                             default_bundles=config.default_namespace_bundles)
-        await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url)
+        await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url,
+                                   pulsar_url_tls=self.pulsar_url_tls, listeners=config.listeners)
         self.load_manager = LoadManager(ownership=self.ownership, configuration=self.configuration,
                                         local_store=self.local_store, settings=_load_manager_settings(config))
         await self.load_manager.start()
@@ -169,14 +179,18 @@ class BrokerProcess:
         from broker.service.config import ServiceConfig
 
         c = self.config
+        extra = tuple(await asyncio.to_thread(listen_addresses, c.listeners, port=c.port, bind_host=c.bind_host))
         self.service = BrokerService(
-            config=derive(ServiceConfig, c, renames=_SERVICE_RENAMES),
+            config=dataclasses.replace(derive(ServiceConfig, c, renames=_SERVICE_RENAMES),
+                                       extra_listen_addresses=extra),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,
             cluster_name=c.cluster, registry=self.registry, replication=self._replication())
         try:
             await self.service.start()
         except OSError as e:
-            raise BrokerError(f"cannot listen on {c.bind_host}:{c.port} (binary protocol): {e.strerror or e}") from None
+            extra = "".join(f", {h}:{p}" for h, p in self.service.config.extra_listen_addresses)
+            raise BrokerError(f"cannot listen on {c.bind_host}:{c.port}{extra} (binary protocol): {e.strerror or e}"
+                              ) from None
         self.port = self.service.port
         log.info("binary protocol on %s:%d (advertised %s)", c.bind_host, self.port, self.pulsar_url)
 
@@ -297,7 +311,8 @@ class BrokerProcess:
 
     def _write_endpoints(self) -> None:
         data = {"broker_id": self.broker_id, "cluster": self.config.cluster, "pulsar": self.pulsar_url,
-                "http": self.http_url, "metrics": f"{self.http_url}/metrics", "pid": os.getpid()}
+                "http": self.http_url, "metrics": f"{self.http_url}/metrics", "pid": os.getpid(),
+                "listeners": listeners_to_json(self.config.listeners)}
         path = self.config.endpoints_path
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -13,7 +13,10 @@ it; an owner record is only ever rewritten (``disabled``) or deleted by compare-
 its owner read, so a broker never clobbers another broker's ownership.
 
 Field names follow Pulsar's JSON (``LocalBrokerData``: ``pulsarServiceUrl``, ``webServiceUrl``,
-``numTopics``, ...; ``NamespaceEphemeralData``: ``nativeUrl``, ``httpUrl``, ``disabled``, ...).
+``numTopics``, ``advertisedListeners``, ...; ``NamespaceEphemeralData``: ``nativeUrl``, ``httpUrl``,
+``disabled``, ``advertisedListeners``, ...). Both records carry the broker's advertised listeners, so any
+broker answers a lookup for a listener with the owner's (or the chosen broker's) URL for it without
+another read.
 """
 
 from __future__ import annotations
@@ -41,6 +44,53 @@ def broker_path(broker_id: str) -> str:
 def bundle_path(tenant: str, namespace: str, bundle: str) -> str:
     return (f"{NAMESPACE_OWNERSHIP}/{check_name('tenant', tenant)}/{check_name('namespace', namespace)}/"
             f"{check_name('bundle', bundle)}")
+
+
+@dataclass(frozen=True)
+class AdvertisedListener:
+    """One named address set of a broker (Pulsar's ``AdvertisedListener``): what a client that asks for
+    listener ``name`` in its lookup is told to connect to.
+
+    Attributes:
+        name: the listener name clients give (``listener_name`` in pulsar-client).
+        broker_service_url: ``pulsar://host:port``, or "".
+        broker_service_url_tls: ``pulsar+ssl://host:port``, or "".
+    """
+
+    name: str
+    broker_service_url: str = ""
+    broker_service_url_tls: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        out = {}
+        if self.broker_service_url:
+            out["brokerServiceUrl"] = self.broker_service_url
+        if self.broker_service_url_tls:
+            out["brokerServiceUrlTls"] = self.broker_service_url_tls
+        return out
+
+
+def listeners_to_json(listeners: tuple[AdvertisedListener, ...]) -> dict[str, dict[str, str]]:
+    """``{"name": {"brokerServiceUrl": ..., "brokerServiceUrlTls": ...}}`` as Pulsar stores them."""
+    return {listener.name: listener.to_dict() for listener in listeners}
+
+
+def listeners_from_json(kind: str, obj: dict) -> tuple[AdvertisedListener, ...]:
+    """Reads ``advertisedListeners`` (absent: none, as written by a broker without listeners)."""
+    raw = _field(kind, obj, "advertisedListeners", dict, dict)
+    listeners = []
+    for name, urls in raw.items():
+        if not isinstance(urls, dict):
+            raise InvalidMetadataError(f"{kind}: advertisedListeners.{name} must be an object")
+        k = f"{kind}: advertisedListeners.{name}"
+        listeners.append(AdvertisedListener(name, _field(k, urls, "brokerServiceUrl", str, ""),
+                                            _field(k, urls, "brokerServiceUrlTls", str, "")))
+    return tuple(listeners)
+
+
+def find_listener(listeners: tuple[AdvertisedListener, ...], name: str) -> AdvertisedListener | None:
+    """The listener called ``name``, or None."""
+    return next((listener for listener in listeners if listener.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -141,6 +191,7 @@ class BrokerRegistration:
         cluster: the region (Pulsar cluster) it serves.
         instance: a token unique to the running process, so a restarted broker can tell its own leftover
             ownership records (from its previous, not yet expired session) from live ones.
+        advertised_listeners: its named listeners (none: only the URLs above).
         load: the last load report.
         last_update_ms: when the load was measured (wall clock, ms).
     """
@@ -152,6 +203,7 @@ class BrokerRegistration:
     instance: str = ""
     pulsar_service_url_tls: str = ""
     web_service_url_tls: str = ""
+    advertised_listeners: tuple[AdvertisedListener, ...] = ()
     load: BrokerLoad = BrokerLoad()
     last_update_ms: int = 0
 
@@ -165,6 +217,7 @@ class BrokerRegistration:
             "cluster": self.cluster,
             "instance": self.instance,
             "lastUpdate": self.last_update_ms,
+            "advertisedListeners": listeners_to_json(self.advertised_listeners),
             **self.load.to_dict(),
         })
 
@@ -180,6 +233,7 @@ class BrokerRegistration:
             instance=_field(k, o, "instance", str, ""),
             pulsar_service_url_tls=_field(k, o, "pulsarServiceUrlTls", str, ""),
             web_service_url_tls=_field(k, o, "webServiceUrlTls", str, ""),
+            advertised_listeners=listeners_from_json(k, o),
             load=BrokerLoad.from_dict(k, o),
             last_update_ms=_field(k, o, "lastUpdate", int, 0),
         )
@@ -196,7 +250,8 @@ class BundleOwner:
     """Who serves a namespace bundle (Pulsar's ``NamespaceEphemeralData``).
 
     ``disabled`` is set by the owner while it unloads the bundle: lookups answer "try again" instead of
-    sending clients to a broker that is about to let go.
+    sending clients to a broker that is about to let go. ``advertised_listeners`` are the owner's (see
+    :class:`AdvertisedListener`).
     """
 
     broker_id: str
@@ -206,6 +261,7 @@ class BundleOwner:
     native_url_tls: str = ""
     http_url_tls: str = ""
     disabled: bool = False
+    advertised_listeners: tuple[AdvertisedListener, ...] = ()
 
     def to_json(self) -> bytes:
         return _dumps("BundleOwner", {
@@ -216,6 +272,7 @@ class BundleOwner:
             "httpUrlTls": self.http_url_tls,
             "instance": self.instance,
             "disabled": self.disabled,
+            "advertisedListeners": listeners_to_json(self.advertised_listeners),
         })
 
     @classmethod
@@ -230,6 +287,7 @@ class BundleOwner:
             native_url_tls=_field(k, o, "nativeUrlTls", str, ""),
             http_url_tls=_field(k, o, "httpUrlTls", str, ""),
             disabled=_field(k, o, "disabled", bool, False),
+            advertised_listeners=listeners_from_json(k, o),
         )
 
 

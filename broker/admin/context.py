@@ -111,7 +111,7 @@ class AdminContext:
             return
         raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect))
 
-    async def lookup(self, topic: str, *, authoritative: bool) -> LookupResult:
+    async def lookup(self, topic: str, *, authoritative: bool, listener_name: str = "") -> LookupResult:
         """The ownership lookup, waiting out short "not ready" windows (a bundle being unloaded, a broker
         being chosen) for up to ``lookup_wait_s`` before failing with 503.
 
@@ -123,7 +123,7 @@ class AdminContext:
         delay_s = 0.05
         while True:
             try:
-                return await self.ownership.lookup(topic, authoritative=authoritative)
+                return await self.ownership.lookup(topic, authoritative=authoritative, listener_name=listener_name)
             except ServiceUnitNotReadyError:
                 if loop.time() + delay_s > deadline:
                     raise

@@ -13,6 +13,8 @@ class ServiceConfig:
         host: interface to listen on.
         port: TCP port for ``pulsar://`` (0: any free port; ``BrokerService.port`` tells which).
         advertised_address: host name clients are told to connect to ("" = ``host``).
+        extra_listen_addresses: more ``(host, port)`` to serve the same protocol on (the ports of advertised
+            listeners other than ``port``; see broker/listeners.py).
         max_message_size_bytes: advertised in CONNECTED (clients chunk or refuse bigger messages); a SEND
             whose entry exceeds it is refused.
         keep_alive_interval_s: PING after this long without traffic; close when the next interval passes
@@ -74,6 +76,7 @@ class ServiceConfig:
     host: str = "127.0.0.1"
     port: int = 0
     advertised_address: str = ""
+    extra_listen_addresses: tuple[tuple[str, int], ...] = ()
     max_message_size_bytes: int = 5 * 1024 * 1024
     keep_alive_interval_s: float = 30.0
     dispatcher_max_read_batch: int = 100

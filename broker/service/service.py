@@ -65,6 +65,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Future] = {}
         self._unloading: dict[str, asyncio.Task] = {}
         self._server = ProtocolServer(self, config.host, config.port)
+        # the same protocol on the ports of advertised listeners (each connection is alike, whichever port)
+        self._servers = [self._server, *(ProtocolServer(self, h, p) for h, p in config.extra_listen_addresses)]
         self._policies: "Optional[PoliciesCache]" = None
         self._topic_policies: "Optional[TopicPoliciesCache]" = None  # topic-level replication clusters
         self._producer_ids = itertools.count()
@@ -99,6 +101,8 @@ class BrokerService:
             self._topic_policies = self.configuration_store.topic_policies_cache()
             self._topic_policies.add_listener(self._on_topic_policies)
         self.port = await self._server.start()
+        for server in self._servers[1:]:
+            await server.start()  # OSError (cannot bind) goes to the caller, as for the main port
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
         if self.config.backlog_quota_check_enabled:
             await self.backlog_quota_monitor.start()
@@ -115,7 +119,8 @@ class BrokerService:
             self._closed = True
             return
         self._closed = True
-        self._server.stop_accepting()
+        for server in self._servers:
+            server.stop_accepting()
         if self._periodic is not None:
             # Not cancelled mid-iteration: a cursor write cut short by a cancellation can leave the cursor's
             # idea of its metadata version stale (the write may still land), which fences it later.
@@ -132,7 +137,7 @@ class BrokerService:
         for r in results:
             if isinstance(r, Exception):
                 log.warning("unloading a topic at close failed: %s", r)
-        await self._server.close()
+        await asyncio.gather(*(server.close() for server in self._servers))
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -173,12 +178,12 @@ class BrokerService:
 
     @property
     def connections(self) -> set:
-        return set(self._server.connections)
+        return {conn for server in self._servers for conn in server.connections}
 
     def connection_counts(self) -> dict[str, int]:
-        """Open connections, and those accepted / closed since the service started."""
-        server = self._server
-        return {"active": len(server.connections), "created": server.created, "closed": server.closed}
+        """Open connections, and those accepted / closed since the service started (every listening port)."""
+        return {"active": sum(len(s.connections) for s in self._servers),
+                "created": sum(s.created for s in self._servers), "closed": sum(s.closed for s in self._servers)}
 
     def generate_producer_name(self) -> str:
         """Unique across brokers and restarts (a random instance id), as dedup requires."""

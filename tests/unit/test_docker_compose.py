@@ -111,6 +111,16 @@ def test_brokers_serve_their_region_and_name_its_brokers_as_the_cluster_urls(nam
     assert config.managed_ledger_ensemble_size <= bookies
 
 
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if "-broker-" in n))
+def test_brokers_advertise_their_service_name_inside_and_their_published_port_outside(name: str) -> None:
+    config: BrokerConfig = config_of(name)
+    published = {int(c): int(h) for h, c in (str(m).split(":") for m in SERVICES[name].get("ports", []))}
+    listeners = {entry.name: entry.broker_service_url for entry in config.listeners}
+    assert listeners == {"internal": f"pulsar://{name}:{config.port}",
+                         "external": f"pulsar://localhost:{published[config.port]}"}
+    assert config.internal_listener_name in ("", "internal")  # the default URL stays the service name
+
+
 def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
     declared = set(COMPOSE.get("volumes") or {})
     for name, service in SERVICES.items():

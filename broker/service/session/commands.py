@@ -84,15 +84,19 @@ async def handle_lookup(conn: "Connection", frame: "Frame") -> None:
     Response = pb.CommandLookupTopicResponse
     try:
         topic = parse_topic(cmd.topic)
-        result = await conn.service.ownership.lookup(str(topic), authoritative=cmd.authoritative)
+        # pulsar-client always sends advertised_listener_name, "" unless given one (the default URLs)
+        result = await conn.service.ownership.lookup(str(topic), authoritative=cmd.authoritative,
+                                                     listener_name=cmd.advertised_listener_name)
     except Exception as exc:
         err = map_error(exc)
         conn.send_command(Response(request_id=cmd.request_id, response=Response.Failed,
                                    error=err.server_error, message=str(err)))
         return
-    response = Response(request_id=cmd.request_id, brokerServiceUrl=result.broker_service_url,
+    response = Response(request_id=cmd.request_id,
                         response=Response.Redirect if result.redirect else Response.Connect,
                         authoritative=result.authoritative)
+    if result.broker_service_url:  # a listener may have a pulsar+ssl:// URL only
+        response.brokerServiceUrl = result.broker_service_url
     if result.broker_service_url_tls:
         response.brokerServiceUrlTls = result.broker_service_url_tls
     conn.send_command(response)
