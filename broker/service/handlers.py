@@ -124,8 +124,9 @@ async def handle_get_topics_of_namespace(conn: "Connection", frame: "Frame") -> 
 async def handle_watch_topic_list(conn: "Connection", frame: "Frame") -> None:
     cmd = frame.command.watchTopicList
     if not conn.supports_topic_watchers:
-        raise UnsupportedError("command WATCH_TOPIC_LIST is not supported on this connection: CONNECT did not set "
-                               "FeatureFlags.supports_topic_watchers, or this broker does not serve topic list watchers")
+        raise UnsupportedError("command WATCH_TOPIC_LIST is not supported on this connection: CONNECT did not "
+                               "set FeatureFlags.supports_topic_watchers, or this broker does not serve topic list "
+                               "watchers")
     watcher = await conn.service.topic_list_watch.watch(conn, watcher_id=cmd.watcher_id, namespace=cmd.namespace,
                                                         pattern=cmd.topics_pattern)
     # No await from here on: the success leaves before any update of this watcher.

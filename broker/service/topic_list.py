@@ -25,6 +25,7 @@ poll then answers unfiltered (``filtered = false``: the client filters itself); 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Optional
 
@@ -95,7 +96,13 @@ class TopicPattern:
 
 
 def compile_topics_pattern(pattern: str, *, max_length: int = PATTERN_MAX_LENGTH_DEFAULT) -> TopicPattern:
-    """The pattern ready to match, or TopicsPatternError saying why the broker will not evaluate it."""
+    """The pattern ready to match, or TopicsPatternError saying why the broker will not evaluate it. Clients
+    poll with the same pattern over and over: the answer for a pattern is remembered."""
+    return _compile(pattern, max_length)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(pattern: str, max_length: int) -> TopicPattern:
     if not pattern:
         raise TopicsPatternError("the topics pattern is empty")
     if len(pattern) > max_length:

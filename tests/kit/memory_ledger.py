@@ -410,7 +410,8 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
 
 
 class _MemoryListWatch:
-    def __init__(self, factory: MemoryManagedLedgerFactory, prefix: str, callback: Callable[[list[str]], object]) -> None:
+    def __init__(self, factory: MemoryManagedLedgerFactory, prefix: str,
+                 callback: Callable[[list[str]], object]) -> None:
         self._factory = factory
         self._prefix = prefix
         self._callback = callback
