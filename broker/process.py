@@ -177,7 +177,9 @@ class BrokerProcess:
                         delete_inactive_topics_mode=c.delete_inactive_topics_mode,
                         delete_inactive_topics_max_inactive_duration_s=(
                             c.delete_inactive_topics_max_inactive_duration_ms / 1000),
-                        compaction_monitor_interval_s=c.compaction_monitor_interval_ms / 1000)
+                        compaction_monitor_interval_s=c.compaction_monitor_interval_ms / 1000,
+                        subscription_pattern_max_length=c.subscription_pattern_max_length,
+                        topic_list_watchers_enabled=c.topic_list_watchers_enabled)
         settings.update(backlog_quota_check_enabled=c.backlog_quota_check_enabled,
                         backlog_quota_check_interval_s=c.backlog_quota_check_interval_ms / 1000,
                         backlog_quota_default_limit_bytes=c.backlog_quota_default_limit_bytes,

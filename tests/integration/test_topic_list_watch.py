@@ -19,6 +19,7 @@ import urllib.request
 import pulsar
 import pytest
 
+from broker.service import ServiceConfig
 from broker.service.topic_list import topics_hash
 from magnetar.protocol import pb
 from magnetar.protocol.client import Client, ClientError, Connection, NotAllowedError, TopicListWatch
@@ -62,6 +63,19 @@ async def test_watchers_are_served_and_advertised_only_to_clients_that_announce_
     finally:
         await plain.close()
         await watching.close()
+
+
+@pytest.mark.parametrize("storage", ["memory"], indirect=True)
+@pytest.mark.parametrize("broker", [{"config": ServiceConfig(topic_list_watchers_enabled=False)}], indirect=True)
+async def test_a_broker_with_watchers_off_does_not_advertise_them(broker):
+    conn = await Connection(broker.url, topic_watchers=True).start()
+    try:
+        assert not conn.broker_supports_topic_watchers
+        with pytest.raises(ServerError, match="not supported on this connection"):
+            await conn.request(pb.CommandWatchTopicList(watcher_id=1, namespace="public/default",
+                                                        topics_pattern=f"{NS}/.*"))
+    finally:
+        await conn.close()
 
 
 async def test_a_watcher_hears_of_topics_created_and_deleted_until_it_is_closed(broker):
