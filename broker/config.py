@@ -76,6 +76,11 @@ class BrokerConfig(TomlSettings):
         compaction_monitor_interval_ms: how often an owner compacts the topics whose ``compaction_threshold``
             policy (namespace or topic) their uncompacted backlog exceeds (Pulsar
             ``brokerServiceCompactionMonitorIntervalInSeconds``, 60 s).
+        subscription_pattern_max_length: the longest topics pattern the broker evaluates for pattern consumers
+            (Pulsar ``subscriptionPatternMaxLength``, 50): a longer one is answered unfiltered in topic lists
+            (the client filters) and refused for topic-list watchers.
+        topic_list_watchers_enabled: serve topic-list watchers (WATCH_TOPIC_LIST) to clients that announce them
+            (Pulsar ``enableBrokerTopicListWatcher``); off, they are not advertised and clients poll.
         dispatch_throttling_rate_per_topic_in_msg, dispatch_throttling_rate_per_topic_in_byte: the dispatch
             rate (per second) of each topic's subscriptions together when neither the topic nor its namespace
             sets one (Pulsar ``dispatchThrottlingRatePerTopicInMsg`` / ``...InByte``; 0: off, the default).
@@ -169,6 +174,8 @@ class BrokerConfig(TomlSettings):
     delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
     delete_inactive_topics_max_inactive_duration_ms: int = 60_000
     compaction_monitor_interval_ms: int = 60_000
+    subscription_pattern_max_length: int = 50
+    topic_list_watchers_enabled: bool = True
     dispatch_throttling_rate_per_topic_in_msg: int = 0
     dispatch_throttling_rate_per_topic_in_byte: int = 0
     dispatch_throttling_rate_per_subscription_in_msg: int = 0
@@ -272,7 +279,7 @@ class BrokerConfig(TomlSettings):
             "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
             "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",
             "delete_inactive_topics_frequency_ms", "delete_inactive_topics_max_inactive_duration_ms",
-            "compaction_monitor_interval_ms",
+            "compaction_monitor_interval_ms", "subscription_pattern_max_length",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -311,6 +311,15 @@ class ConfigurationStore:
         return await self._list(f"{PARTITIONED_TOPICS}/{check_name('tenant', tenant)}/"
                                 f"{check_name('namespace', namespace)}/{_check_domain(domain)}")
 
+    def watch_partitioned_topics(self, tenant: str, namespace: str, domain: str,
+                                 callback: Callable[[dict[str, int]], Any]) -> "PartitionedTopicsWatch":
+        """Calls ``callback({local name: partitions})`` on the loop with the namespace's partitioned topics in
+        ``domain``, once all are read and again after every change (one created or deleted, partitions added).
+        Cancel the returned handle to stop."""
+        folder = (f"{PARTITIONED_TOPICS}/{check_name('tenant', tenant)}/{check_name('namespace', namespace)}/"
+                  f"{_check_domain(domain)}")
+        return PartitionedTopicsWatch(self.store, folder, callback)
+
     # ------------------------------------------------------------------------------------------ topic policies
 
     @staticmethod
@@ -504,3 +513,67 @@ class TopicPoliciesCache(_WatchedCache[tuple[str, str, str, str], TopicPolicies]
     def get_cached(self, tenant: str, namespace: str, domain: str, topic: str) -> TopicPolicies | None:
         """What the cache holds right now (no I/O; None if unknown or absent)."""
         return self._get_cached((tenant, namespace, domain, topic))
+
+
+class PartitionedTopicsWatch:
+    """A namespace's partitioned topics in one domain with their partition counts, followed by a children watch
+    on their folder and a data watch on each one (see :meth:`ConfigurationStore.watch_partitioned_topics`).
+
+    Deliveries wait until every listed topic's count has been read, so a callback never sees a topic without
+    its count; a value that does not decode is logged and counts as no partitions.
+    """
+
+    def __init__(self, store: MetadataStore, folder: str, callback: Callable[[dict[str, int]], Any]) -> None:
+        self._store = store
+        self._folder = folder
+        self._callback = callback
+        self._listed: list[str] | None = None
+        self._counts: dict[str, int | None] = {}  # None: the node is absent
+        self._topic_watches: dict[str, WatchHandle] = {}
+        self._cancelled = False
+        self._children = store.watch_children(folder, self._on_children)
+
+    def cancel(self) -> None:
+        """Stops every watch; idempotent."""
+        self._cancelled = True
+        self._children.cancel()
+        for handle in self._topic_watches.values():
+            handle.cancel()
+        self._topic_watches.clear()
+
+    def _on_children(self, children: list[str]) -> None:
+        if self._cancelled:
+            return
+        self._listed = list(children)
+        for gone in [t for t in self._topic_watches if t not in children]:
+            self._topic_watches.pop(gone).cancel()
+            self._counts.pop(gone, None)
+        for topic in children:
+            if topic not in self._topic_watches:
+                path = f"{self._folder}/{topic}"
+                self._topic_watches[topic] = self._store.watch_data(
+                    path, lambda versioned, topic=topic, path=path: self._on_topic(topic, path, versioned))
+        self._deliver()
+
+    def _on_topic(self, topic: str, path: str, versioned: Versioned[bytes] | None) -> None:
+        if self._cancelled or topic not in self._topic_watches:
+            return
+        if versioned is None:
+            self._counts[topic] = None  # deleted (the children watch drops it), or not created yet
+        else:
+            try:
+                self._counts[topic] = PartitionedTopicMetadata.from_json(versioned.value).partitions
+            except InvalidMetadataError as e:
+                log.error("ignoring corrupt partitioned-topic metadata at %s (version %d): %s", path,
+                          versioned.version, e)
+                self._counts[topic] = 0
+        self._deliver()
+
+    def _deliver(self) -> None:
+        if self._listed is None or any(t not in self._counts for t in self._listed):
+            return  # wait for the counts of newly listed topics
+        current = {t: self._counts[t] for t in self._listed}
+        try:
+            self._callback({t: n for t, n in current.items() if n is not None})
+        except Exception:
+            log.exception("partitioned-topics watch callback on %s failed", self._folder)

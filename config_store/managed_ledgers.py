@@ -44,13 +44,14 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from magnetar.topic_name import decode_local_name, encode_local_name
 
 from .errors import (BadVersionError, InvalidMetadataError, MetadataUnavailableError, NodeExistsError,
                      NotEmptyError, NotFoundError, SessionLostError)
 from .models import Versioned, _dumps, _field, _loads, _str_dict
-from .store import MetadataStore, join_path
+from .store import MetadataStore, WatchHandle, join_path
 
 log = logging.getLogger("config_store")
 
@@ -313,6 +314,37 @@ class ManagedLedgerStore:
             if versioned is not None and versioned.value != b"":
                 names.append(f"{prefix}/{child}" if prefix else child)
         return names
+
+    def watch_list(self, prefix: str, callback: Callable[[list[str]], Any]) -> WatchHandle:
+        """Calls ``callback(names)`` on the loop with what :meth:`list` returns for ``prefix``, now and after every
+        change of it (a ZooKeeper children watch; intermediate states may be coalesced). Cancel the handle to
+        stop.
+
+        A new child is read once to tell a managed ledger from an empty intermediate node; one whose read fails
+        counts as a managed ledger (under a domain folder, every child is one). A managed ledger whose node is
+        later emptied but not removed (one with deeper managed ledgers below it) stays listed until the
+        child list next changes.
+        """
+        prefix = prefix.strip("/")
+        base = f"{MANAGED_LEDGERS}/{prefix}" if prefix else MANAGED_LEDGERS
+        holds: dict[str, bool] = {}  # child -> holds a managed ledger
+
+        async def on_children(children: list[str]) -> Any:
+            fresh = [c for c in children if c != CURSORS_FOLDER and c not in holds]
+            reads = await asyncio.gather(*(self.store.get(join_path(base, c)) for c in fresh), return_exceptions=True)
+            for child, read in zip(fresh, reads):
+                if isinstance(read, BaseException):
+                    log.warning("[%s] reading %s/%s for a topic list failed (%s); counting it as a managed ledger",
+                                self.store.name, base, child, read)
+                    holds[child] = True
+                else:
+                    holds[child] = read is not None and read.value != b""
+            current = set(children)
+            for child in [c for c in holds if c not in current]:
+                del holds[child]
+            return callback([f"{prefix}/{c}" if prefix else c for c in sorted(holds) if holds[c]])
+
+        return self.store.watch_children(base, on_children)
 
     # -- cursors -------------------------------------------------------------------------------------------
 

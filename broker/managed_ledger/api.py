@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from .errors import ManagedLedgerError  # noqa: F401  (the root the interfaces raise, defined in errors.py)
 
@@ -216,7 +216,17 @@ class ManagedLedger(abc.ABC):
         """Deletes every ledger and cursor and the metadata (topic deletion)."""
 
 
+class ListWatch(Protocol):
+    """A live watch started by :meth:`ManagedLedgerFactory.watch_list`."""
+
+    def cancel(self) -> None:
+        """Stops the deliveries; idempotent."""
+
+
 class ManagedLedgerFactory(abc.ABC):
+    watches_list: bool = False
+    """Whether :meth:`watch_list` is served (topic-list watchers need it)."""
+
     @abc.abstractmethod
     async def open(self, name: str, *, config: "object | None" = None) -> ManagedLedger:
         """Opens the managed ledger ``name`` (the topic's path form ``tenant/ns/persistent/topic``),
@@ -231,6 +241,11 @@ class ManagedLedgerFactory(abc.ABC):
     @abc.abstractmethod
     async def list(self, prefix: str) -> list[str]:
         """Names of managed ledgers under ``tenant/ns/persistent``."""
+
+    def watch_list(self, prefix: str, callback: Callable[[list[str]], Any]) -> ListWatch:
+        """Calls ``callback(names)`` on the loop with what :meth:`list` returns, now and after every change made by
+        any broker of the region (intermediate states may be coalesced). Served when :attr:`watches_list`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot watch its managed-ledger list")
 
     @abc.abstractmethod
     async def close(self) -> None: ...

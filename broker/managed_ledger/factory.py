@@ -99,6 +99,12 @@ class ManagedLedgerFactory(api.ManagedLedgerFactory):
         except MetadataError as e:
             raise ManagedLedgerMetadataError(f"cannot list managed ledgers under {prefix!r}: {e}") from e
 
+    watches_list = True
+
+    def watch_list(self, prefix: str, callback) -> api.ListWatch:
+        """A ZooKeeper children watch on the region's managed-ledger folder ``prefix`` (see the interface)."""
+        return self._store.watch_list(prefix, callback)
+
     @property
     def ledgers(self) -> dict[str, ManagedLedgerImpl]:
         """The managed ledgers open right now."""

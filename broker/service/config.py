@@ -70,6 +70,11 @@ class ServiceConfig:
         max_publish_rate_per_topic_in_messages, max_publish_rate_per_topic_in_bytes: the broker's default rate
             limits per second (Pulsar's names; 0: off), for topics whose topic and namespace policies set
             none (``rate_policy.py``).
+        subscription_pattern_max_length: the longest topics pattern the broker evaluates (Pulsar
+            ``subscriptionPatternMaxLength``, 50 there too): a longer one in GET_TOPICS_OF_NAMESPACE is answered
+            unfiltered (the client filters), in WATCH_TOPIC_LIST refused (``topic_list.py``).
+        topic_list_watchers_enabled: serve WATCH_TOPIC_LIST to clients that announce it in CONNECT (Pulsar
+            ``enableBrokerTopicListWatcher``); advertised in CONNECTED only when on (``topic_list_watch.py``).
         server_version: announced in CONNECTED.
     """
 
@@ -111,4 +116,6 @@ class ServiceConfig:
     dispatch_throttling_rate_per_subscribe_in_byte: int = 0
     max_publish_rate_per_topic_in_messages: int = 0
     max_publish_rate_per_topic_in_bytes: int = 0
+    subscription_pattern_max_length: int = 50
+    topic_list_watchers_enabled: bool = True
     server_version: str = "Magnetar 0.1"

@@ -30,6 +30,8 @@ from .metrics import ServiceCollector
 from .session.server import ProtocolServer
 from .topics.nonpersistent.topic import NonPersistentTopic
 from .topics.topic import Topic, TopicState
+from .session.topic_list import namespace_topic_names
+from .session.topic_list_watch import TopicListWatchService
 
 if TYPE_CHECKING:
     import prometheus_client
@@ -84,6 +86,9 @@ class BrokerService:
         self.inactive_topic_monitor = InactiveTopicMonitor(lambda: list(self.topics().values()), self.delete_topic,
                                                            config=config,
                                                            interval_s=config.delete_inactive_topics_frequency_s)
+        self.topic_list_watch = TopicListWatchService(ml_factory=ml_factory, configuration_store=configuration_store,
+                                                      enabled=config.topic_list_watchers_enabled,
+                                                      pattern_max_length=config.subscription_pattern_max_length)
         self.compaction_monitor = CompactionMonitor(lambda: list(self.topics().values()),
                                                     interval_s=config.compaction_monitor_interval_s)
         self._started = False
@@ -138,6 +143,7 @@ class BrokerService:
             if isinstance(r, Exception):
                 log.warning("unloading a topic at close failed: %s", r)
         await asyncio.gather(*(server.close() for server in self._servers))
+        self.topic_list_watch.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -174,7 +180,7 @@ class BrokerService:
         return f"pulsar://{self.config.advertised_address or self.config.host}:{self.port}"
 
     def connection_closed(self, conn: "Connection") -> None:
-        pass  # the server keeps the connection registry
+        self.topic_list_watch.connection_closed(conn)  # the server keeps the connection registry
 
     @property
     def connections(self) -> set:
@@ -375,33 +381,33 @@ class BrokerService:
 
     async def topics_of_namespace(self, tenant: str, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
         """Topics of ``tenant/namespace`` in the domains ``mode`` names (PERSISTENT, NON_PERSISTENT or ALL):
-        persistent ones stored, those loaded here, and the partitions of partitioned topics. Non-persistent
-        topics store nothing, so only those loaded on this broker (and partitioned ones' partitions) are known."""
+        persistent ones stored (in the region's ZooKeeper, whichever broker created them), those loaded here, and
+        the partitions of partitioned topics (``topic_list.namespace_topic_names``). Non-persistent topics store
+        nothing, so only those loaded on this broker (and partitioned ones' partitions) are known."""
         domains = {Mode.PERSISTENT: ("persistent",), Mode.NON_PERSISTENT: ("non-persistent",)}.get(
             mode, ("persistent", "non-persistent"))
         names: set[str] = set()
         if "persistent" in domains:
             prefix = f"{tenant}/{namespace}/persistent"
-            for ml_name in await self.ml_factory.list(prefix):
-                path = ml_name if ml_name.count("/") == 3 else f"{prefix}/{ml_name}"
-                try:
-                    names.add(str(TopicName.from_path(path)))
-                except Exception:
-                    log.debug("ignoring managed ledger %r: not a topic path", ml_name)
+            stored = [n if n.count("/") == 3 else f"{prefix}/{n}" for n in await self.ml_factory.list(prefix)]
+            names |= namespace_topic_names(tenant, namespace, "persistent", managed_ledgers=stored)
         for key, topic in self._topics.items():
             name = topic.topic_name
             if name.tenant == tenant and name.namespace_portion == namespace and str(name.domain) in domains:
                 names.add(key)
         if self.configuration_store is not None:
-            from config_store.errors import MetadataError as StoreError
+            from config_store.errors import MetadataError as StoreError, NotFoundError
 
             try:
                 for domain in domains:
+                    counts: dict[str, int] = {}
                     for local in await self.configuration_store.list_partitioned_topics(tenant, namespace, domain):
-                        base = TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
-                        count = (await self.configuration_store.get_partitioned_topic(
-                            tenant, namespace, domain, local)).value
-                        names.update(base.partition_name(i) for i in range(count))
+                        try:
+                            counts[local] = (await self.configuration_store.get_partitioned_topic(
+                                tenant, namespace, domain, local)).value
+                        except NotFoundError:
+                            continue  # deleted since listed
+                    names |= namespace_topic_names(tenant, namespace, domain, partitioned=counts)
             except StoreError as exc:
                 log.warning("listing partitioned topics of %s/%s failed: %s", tenant, namespace, exc)
         return sorted(names)

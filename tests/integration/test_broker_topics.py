@@ -32,7 +32,8 @@ def test_pattern_subscription_reads_every_matching_topic(broker, client):
     with pytest.raises(pulsar.Timeout):
         consumer.receive(300)
     # Topics created later are found by the client's next GET_TOPICS_OF_NAMESPACE poll; the Python wrapper
-    # ignores pattern_auto_discovery_period (the poll stays at 60 s), so that is checked at the frame level.
+    # ignores pattern_auto_discovery_period (the poll stays at 60 s): test_pattern_consumers.py makes it poll
+    # every second.
     names = broker.run(broker.service.topics_of_namespace, "public", "default")
     assert set(topics) <= set(names)
 

@@ -4,7 +4,8 @@ broker service. Never used in production code.
 It follows the interface's documented semantics (positions ``(ledger_id, entry_id)``, ledgers rolled over
 every ``entries_per_ledger`` entries, cursors = mark-delete position + individually deleted positions,
 durable cursors surviving a close/re-open of the same factory) and adds fault injection:
-``fail_next_adds(n, exc)`` makes the next ``n`` appends fail.
+``fail_next_adds(n, exc)`` makes the next ``n`` appends fail. ``watch_list`` tells of ledgers created and deleted
+through this factory (a real one watches ZooKeeper, so it also sees other brokers' changes).
 """
 
 from __future__ import annotations
@@ -330,6 +331,7 @@ class MemoryManagedLedger(ManagedLedger):
     async def delete(self) -> None:
         await self.close()
         self._factory._stored.pop(self.name, None)
+        self._factory._stored_changed()
         for key in [k for k in self._factory._saved_cursors if k[0] == self.name]:
             del self._factory._saved_cursors[key]
 
@@ -345,6 +347,7 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
         self._saved_cursors: dict[tuple[str, str], tuple] = {}
         self._ledger_ids = 0
         self.on_open: Callable[[MemoryManagedLedger], None] | None = None
+        self._list_watches: set[_MemoryListWatch] = set()
 
     def _next_ledger_id(self) -> int:
         self._ledger_ids += 1
@@ -368,7 +371,10 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
                 cursor._advance()
                 ml._cursors[cursor_name] = cursor
         self._open[name] = ml
+        created = name not in self._stored
         self._stored[name] = ml
+        if created:
+            self._stored_changed()
         if self.on_open:
             self.on_open(ml)
         return ml
@@ -385,6 +391,39 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
         prefix = prefix.rstrip("/") + "/"
         return sorted(n for n in self._stored if n.startswith(prefix))
 
+    watches_list = True
+
+    def watch_list(self, prefix: str, callback: Callable[[list[str]], object]) -> "_MemoryListWatch":
+        watch = _MemoryListWatch(self, prefix.rstrip("/") + "/", callback)
+        self._list_watches.add(watch)
+        asyncio.get_running_loop().call_soon(watch.deliver)  # like a store watch: first delivery on the loop
+        return watch
+
+    def _stored_changed(self) -> None:
+        loop = asyncio.get_running_loop()
+        for watch in list(self._list_watches):
+            loop.call_soon(watch.deliver)
+
     async def close(self) -> None:
         for ml in list(self._open.values()):
             await ml.close()
+
+
+class _MemoryListWatch:
+    def __init__(self, factory: MemoryManagedLedgerFactory, prefix: str,
+                 callback: Callable[[list[str]], object]) -> None:
+        self._factory = factory
+        self._prefix = prefix
+        self._callback = callback
+        self._last: list[str] | None = None
+
+    def cancel(self) -> None:
+        self._factory._list_watches.discard(self)
+
+    def deliver(self) -> None:
+        if self not in self._factory._list_watches:
+            return
+        names = sorted(n for n in self._factory._stored if n.startswith(self._prefix))
+        if names != self._last:
+            self._last = names
+            self._callback(names)

@@ -3,14 +3,13 @@
 Handlers take ``(connection, frame)``. Plain functions run inline in frame order; coroutines run as tasks
 (see ``connection.py``). They raise :class:`~.errors.BrokerServiceError` subclasses; :func:`error_response`
 turns one into the answer the command expects. This module serves the connection-level commands
-(handshake, keep-alive, lookups, schemas) and refuses transactions; producer and consumer commands live in
-``handlers_producer.py`` and ``handlers_consumer.py``.
+(handshake, keep-alive, lookups, topic lists and their watchers, schemas) and refuses transactions; producer
+and consumer commands live in ``handlers_producer.py`` and ``handlers_consumer.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Callable, Optional
 
 from magnetar.protocol import pb, wrap
@@ -19,7 +18,8 @@ from . import consumer_commands as handlers_consumer
 from . import producer_commands as handlers_producer
 from . import schema_commands as schemas
 from .connection import ConnectionState, request_id_of
-from ..errors import BrokerServiceError, InvalidTopicNameError, NotAllowedError, map_error, parse_topic
+from ..errors import BrokerServiceError, NotAllowedError, UnsupportedError, map_error, parse_topic
+from .topic_list import parse_namespace, topics_hash, try_compile_topics_pattern
 
 if TYPE_CHECKING:
     from magnetar.protocol import Frame
@@ -45,9 +45,13 @@ def handle_connect(conn: "Connection", frame: "Frame") -> None:
     conn.client_version = cmd.client_version
     conn.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
     conn.state = ConnectionState.CONNECTED
-    conn.send_command(pb.CommandConnected(server_version=conn.config.server_version,
-                                          protocol_version=conn.protocol_version,
-                                          max_message_size=conn.config.max_message_size_bytes))
+    connected = pb.CommandConnected(server_version=conn.config.server_version, protocol_version=conn.protocol_version,
+                                    max_message_size=conn.config.max_message_size_bytes)
+    # A feature is advertised only when served, and only to a client that said it uses it.
+    if cmd.feature_flags.supports_topic_watchers and conn.service.topic_list_watch.available:
+        conn.supports_topic_watchers = True
+        connected.feature_flags.supports_topic_watchers = True
+    conn.send_command(connected)
 
 
 def handle_ping(conn: "Connection", frame: "Frame") -> None:
@@ -103,23 +107,47 @@ async def handle_lookup(conn: "Connection", frame: "Frame") -> None:
 
 
 async def handle_get_topics_of_namespace(conn: "Connection", frame: "Frame") -> None:
+    """Pulsar's answer: the namespace's topics in the mode's domains, filtered by ``topics_pattern`` when the broker
+    evaluates it (``filtered``), with the hash of what is listed; ``changed = false`` and no topics when the
+    client's ``topics_hash`` still holds (``topic_list.py``)."""
     cmd = frame.command.getTopicsOfNamespace
-    parts = cmd.namespace.split("/")
-    if len(parts) != 2 or not all(parts):
-        raise InvalidTopicNameError(f"invalid namespace {cmd.namespace!r}: expected tenant/namespace")
+    tenant, namespace = parse_namespace(cmd.namespace)
     mode = cmd.mode if cmd.HasField("mode") else pb.CommandGetTopicsOfNamespace.PERSISTENT
-    topics = await conn.service.topics_of_namespace(parts[0], parts[1], mode)
+    topics = await conn.service.topics_of_namespace(tenant, namespace, mode)
     response = pb.CommandGetTopicsOfNamespaceResponse(request_id=cmd.request_id)
-    if cmd.HasField("topics_pattern") and cmd.topics_pattern:
-        try:
-            pattern = re.compile(cmd.topics_pattern)
-        except re.error:
-            pattern = None
-        if pattern is not None:
-            topics = [t for t in topics if pattern.fullmatch(t) or pattern.fullmatch(t.split("://", 1)[-1])]
+    if cmd.HasField("topics_pattern"):
+        pattern = try_compile_topics_pattern(cmd.topics_pattern, max_length=conn.config.subscription_pattern_max_length)
+        if pattern is not None:  # otherwise unfiltered: the client filters with its own regex engine
+            topics = pattern.filter(topics)
             response.filtered = True
-    response.topics.extend(topics)
+    response.topics_hash = topics_hash(topics)
+    response.changed = not (cmd.HasField("topics_hash") and cmd.topics_hash == response.topics_hash)
+    if response.changed:
+        response.topics.extend(topics)
     conn.send_command(response)
+
+
+async def handle_watch_topic_list(conn: "Connection", frame: "Frame") -> None:
+    cmd = frame.command.watchTopicList
+    if not conn.supports_topic_watchers:
+        raise UnsupportedError("command WATCH_TOPIC_LIST is not supported on this connection: CONNECT did not "
+                               "set FeatureFlags.supports_topic_watchers, or this broker does not serve topic list "
+                               "watchers")
+    watcher = await conn.service.topic_list_watch.watch(conn, watcher_id=cmd.watcher_id, namespace=cmd.namespace,
+                                                        pattern=cmd.topics_pattern)
+    # No await from here on: the success leaves before any update of this watcher.
+    topics = sorted(watcher.matching)
+    current_hash = topics_hash(topics)
+    if cmd.HasField("topics_hash") and cmd.topics_hash == current_hash:
+        topics = []
+    conn.send_command(pb.CommandWatchTopicListSuccess(request_id=cmd.request_id, watcher_id=cmd.watcher_id,
+                                                      topic=topics, topics_hash=current_hash))
+
+
+def handle_watch_topic_list_close(conn: "Connection", frame: "Frame") -> None:
+    cmd = frame.command.watchTopicListClose
+    conn.service.topic_list_watch.close_watcher(conn, cmd.watcher_id)  # unknown ids too: closing is idempotent
+    conn.send_command(pb.CommandSuccess(request_id=cmd.request_id))
 
 
 # ------------------------------------------------------------------------------------------ schemas
@@ -192,6 +220,8 @@ HANDLERS: dict[int, Callable] = {
     BaseCommand.PARTITIONED_METADATA: handle_partitioned_metadata,
     BaseCommand.LOOKUP: handle_lookup,
     BaseCommand.GET_TOPICS_OF_NAMESPACE: handle_get_topics_of_namespace,
+    BaseCommand.WATCH_TOPIC_LIST: handle_watch_topic_list,
+    BaseCommand.WATCH_TOPIC_LIST_CLOSE: handle_watch_topic_list_close,
     BaseCommand.GET_SCHEMA: schemas.handle_get_schema,
     BaseCommand.GET_OR_CREATE_SCHEMA: schemas.handle_get_or_create_schema,
     BaseCommand.PRODUCER: handlers_producer.handle_producer,

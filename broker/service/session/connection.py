@@ -74,6 +74,7 @@ class Connection(ConsumerEndpoints):
         self.state = ConnectionState.AWAITING_CONNECT
         self.client_version = ""
         self.protocol_version = 0
+        self.supports_topic_watchers = False  # negotiated in CONNECT (handlers.handle_connect)
         self.producers: dict[int, "Producer"] = {}
         self.consumers: dict[int, "Consumer"] = {}
         # Creations in progress, so CLOSE_PRODUCER/CLOSE_CONSUMER racing a creation finds them.

@@ -3,7 +3,8 @@
 Applications use the official ``pulsar-client``; this client exists for what that one cannot do: the
 replicator's producer (``Producer.send_entry`` keeps the origin's metadata, ``replicated_from`` included,
 and payload bytes as they are), load generation with pre-built batches (``magnetar perf``), malformed
-input (``Producer.send_raw_entry`` sends an entry byte for byte), and diagnostics (``Connection``).
+input (``Producer.send_raw_entry`` sends an entry byte for byte), and diagnostics (``Connection``,
+``TopicListWatch``).
 
 Layers, bottom up: ``commands`` / ``send_queue`` / ``acks`` / ``message`` / ``batch_builder`` are pure;
 ``connection`` alone moves bytes; ``lookup`` finds brokers and pools connections; ``handler`` is the
@@ -47,6 +48,7 @@ from .lookup import ConnectionPool, LookupResult, LookupService
 from .message import Message, unpack_entry
 from .producer import AccessMode, Producer, ProducerState
 from .send_queue import PendingSends, ReceiptOutcome
+from .topic_list import TopicListUpdate, TopicListWatch
 from .urls import ServiceUrl, parse_service_url
 
 __all__ = [
@@ -94,6 +96,8 @@ __all__ = [
     "SubscriptionType",
     "TooManyLookupRedirectsError",
     "TopicNotFoundError",
+    "TopicListUpdate",
+    "TopicListWatch",
     "TopicTerminatedError",
     "error_from_server",
     "message_metadata",

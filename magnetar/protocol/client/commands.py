@@ -50,13 +50,16 @@ def connect_command(
     auth_data: bytes | None = None,
     proxy_to_broker_url: str | None = None,
     protocol_version: int = PROTOCOL_VERSION,
+    topic_watchers: bool = False,
 ) -> pb.BaseCommand:
-    """CONNECT as pulsar-client sends it (feature flags: auth refresh, broker entry metadata)."""
+    """CONNECT as pulsar-client sends it (feature flags: auth refresh, broker entry metadata), announcing topic-list
+    watchers too when ``topic_watchers`` (as Pulsar's Java client does)."""
     connect = pb.CommandConnect(
         client_version=client_version,
         protocol_version=protocol_version,
         auth_method_name=auth_method_name or "none",
-        feature_flags=pb.FeatureFlags(supports_auth_refresh=True, supports_broker_entry_metadata=True),
+        feature_flags=pb.FeatureFlags(supports_auth_refresh=True, supports_broker_entry_metadata=True,
+                                      supports_topic_watchers=topic_watchers),
     )
     if auth_data is not None:
         connect.auth_data = auth_data

@@ -11,7 +11,8 @@ three tasks run until the connection closes:
   frame (:mod:`.dispatch`): responses by ``request_id`` to the future of :meth:`request`; SEND_RECEIPT,
   SEND_ERROR and CLOSE_PRODUCER to the producer registered under the ``producer_id``; MESSAGE,
   CLOSE_CONSUMER, REACHED_END_OF_TOPIC and ACTIVE_CONSUMER_CHANGE to the consumer under the
-  ``consumer_id``; PING is answered with PONG;
+  ``consumer_id``; WATCH_TOPIC_UPDATE to the topic-list watcher under the ``watcher_id``; PING is answered
+  with PONG;
 * the **write loop** takes every buffer queued since its last turn and hands them to the transport in one
   ``writelines`` (so the SENDs a producer queues in one event-loop turn become one ``send`` system call),
   then waits for the transport to drain below its high-water mark;
@@ -23,8 +24,8 @@ Request ids come from this connection's own counter. Producer and consumer ids a
 
 Closing (by :meth:`close`, by the peer, by a protocol error or a keep-alive timeout) is one path,
 :meth:`_abort`: it closes the transport, fails every outstanding request with
-:class:`ConnectionClosedError`, tells every registered producer and consumer (which reconnect on their
-own) and every ``on_close`` callback, and cancels the tasks; :meth:`close` also awaits them.
+:class:`ConnectionClosedError`, tells every registered producer, consumer (which reconnect on their own) and
+topic-list watcher (which ends) and every ``on_close`` callback, and cancels the tasks; :meth:`close` also awaits them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from magnetar.protocol import FRAME_SIZE_BYTES_MAX_DEFAULT, Frame, FrameDecoder,
 
 from .auth import Auth
 from .commands import CLIENT_VERSION, PROTOCOL_VERSION, connect_command
-from .dispatch import ConsumerHandler, FrameDispatcher, ProducerHandler
+from .dispatch import ConsumerHandler, FrameDispatcher, ProducerHandler, TopicListWatchHandler
 from .errors import (
     AlreadyClosedError,
     ClientError,
@@ -84,6 +85,8 @@ class Connection(FrameDispatcher):
         operation_timeout_s: default timeout of :meth:`request`.
         keep_alive_interval_s: PING after this long without receiving anything.
         client_version: announced in CONNECT.
+        topic_watchers: announce topic-list watchers in CONNECT (``topic_list.TopicListWatch``); whether the
+            broker serves them is ``broker_supports_topic_watchers`` once connected.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Connection(FrameDispatcher):
         keep_alive_interval_s: float = 30.0,
         client_version: str = CLIENT_VERSION,
         protocol_version: int = PROTOCOL_VERSION,
+        topic_watchers: bool = False,
     ) -> None:
         self.url = parse_service_url(url)
         self.logical_url = parse_service_url(logical_url) if logical_url is not None else self.url
@@ -110,6 +114,8 @@ class Connection(FrameDispatcher):
         self.keep_alive_interval_s = keep_alive_interval_s
         self.client_version = client_version
         self.protocol_version = protocol_version
+        self.topic_watchers = topic_watchers
+        self.broker_supports_topic_watchers = False
         self.state = ConnectionState.INIT
         self.server_version = ""
         self.server_protocol_version = 0
@@ -123,6 +129,8 @@ class Connection(FrameDispatcher):
         self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._producers: dict[int, ProducerHandler] = {}
         self._consumers: dict[int, ConsumerHandler] = {}
+        self._topic_list_watchers: dict[int, TopicListWatchHandler] = {}
+        self._watcher_ids = itertools.count(1)
         self._close_callbacks: list[Callable[[Connection, BaseException | None], None]] = []
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -240,8 +248,9 @@ class Connection(FrameDispatcher):
                 fut.set_exception(failure)
         producers, self._producers = self._producers, {}
         consumers, self._consumers = self._consumers, {}
+        watchers, self._topic_list_watchers = self._topic_list_watchers, {}
         callbacks, self._close_callbacks = self._close_callbacks, []
-        for handler in [*producers.values(), *consumers.values()]:
+        for handler in [*producers.values(), *consumers.values(), *watchers.values()]:
             try:
                 handler._handle_connection_closed(self, exc)
             except Exception:  # noqa: BLE001 - one handler's bug must not stop the others being told
@@ -291,6 +300,7 @@ class Connection(FrameDispatcher):
                     auth_data=self.auth.get_data() if self.auth else None,
                     proxy_to_broker_url=proxy_to,
                     protocol_version=self.protocol_version,
+                    topic_watchers=self.topic_watchers,
                 )
             )
         )
@@ -304,6 +314,7 @@ class Connection(FrameDispatcher):
                 if cmd.type == T.CONNECTED:
                     self.server_version = cmd.connected.server_version
                     self.server_protocol_version = cmd.connected.protocol_version
+                    self.broker_supports_topic_watchers = cmd.connected.feature_flags.supports_topic_watchers
                     if cmd.connected.HasField("max_message_size"):
                         self.max_message_size_bytes = cmd.connected.max_message_size
                         self._decoder.frame_size_bytes_max = max(
@@ -346,6 +357,17 @@ class Connection(FrameDispatcher):
     def unregister_consumer(self, consumer_id: int, handler: ConsumerHandler | None = None) -> None:
         if handler is None or self._consumers.get(consumer_id) is handler:
             self._consumers.pop(consumer_id, None)
+
+    def new_watcher_id(self) -> int:
+        return next(self._watcher_ids)
+
+    def register_topic_list_watcher(self, watcher_id: int, handler: TopicListWatchHandler) -> None:
+        self._check_usable()
+        self._topic_list_watchers[watcher_id] = handler
+
+    def unregister_topic_list_watcher(self, watcher_id: int, handler: TopicListWatchHandler | None = None) -> None:
+        if handler is None or self._topic_list_watchers.get(watcher_id) is handler:
+            self._topic_list_watchers.pop(watcher_id, None)
 
     @property
     def producer_count(self) -> int:

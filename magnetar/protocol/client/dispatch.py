@@ -3,11 +3,12 @@
 A response (SUCCESS, ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE...) completes the future of the request with
 its ``request_id``; SEND_RECEIPT, SEND_ERROR and CLOSE_PRODUCER go to the producer registered under the
 ``producer_id``; MESSAGE, CLOSE_CONSUMER, REACHED_END_OF_TOPIC and ACTIVE_CONSUMER_CHANGE to the consumer
-under the ``consumer_id``; PING is answered with PONG and AUTH_CHALLENGE with fresh credentials. A frame
-for an id nobody registers (any more) is dropped: it crossed a close.
+under the ``consumer_id``; WATCH_TOPIC_UPDATE to the topic-list watcher under the ``watcher_id``; PING is
+answered with PONG and AUTH_CHALLENGE with fresh credentials. A frame for an id nobody registers (any more) is
+dropped: it crossed a close.
 
-:class:`ProducerHandler` and :class:`ConsumerHandler` are what registered producers and consumers
-implement. Every call happens on the event loop and never awaits.
+:class:`ProducerHandler`, :class:`ConsumerHandler` and :class:`TopicListWatchHandler` are what registered
+producers, consumers and topic-list watchers implement. Every call happens on the event loop and never awaits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .urls import ServiceUrl
 
-__all__ = ["ConsumerHandler", "FrameDispatcher", "ProducerHandler"]
+__all__ = ["ConsumerHandler", "FrameDispatcher", "ProducerHandler", "TopicListWatchHandler"]
 
 log = logging.getLogger("magnetar.protocol.client.connection")  # these lines are about a connection
 
@@ -69,6 +70,13 @@ class ProducerHandler(Protocol):
     def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
 
 
+class TopicListWatchHandler(Protocol):
+    """What a connection calls on a registered topic-list watcher (on the event loop, never awaiting)."""
+
+    def _handle_topic_list_update(self, conn: Connection, update: pb.CommandWatchTopicUpdate) -> None: ...
+    def _handle_connection_closed(self, conn: Connection, exc: BaseException | None) -> None: ...
+
+
 class ConsumerHandler(Protocol):
     """What a connection calls on a registered consumer (all on the event loop, never awaiting)."""
 
@@ -88,6 +96,7 @@ class FrameDispatcher:
     _requests: dict[int, asyncio.Future[pb.BaseCommand]]
     _producers: dict[int, ProducerHandler]
     _consumers: dict[int, ConsumerHandler]
+    _topic_list_watchers: dict[int, TopicListWatchHandler]
 
     if TYPE_CHECKING:
         def write(self, *buffers: bytes) -> None: ...
@@ -157,6 +166,10 @@ class FrameDispatcher:
             consumer = self._consumers.get(body.consumer_id)
             if consumer is not None:
                 consumer._handle_active_consumer_change(self, body.is_active)
+        elif t == T.WATCH_TOPIC_UPDATE:
+            watcher = self._topic_list_watchers.get(cmd.watchTopicUpdate.watcher_id)
+            if watcher is not None:
+                watcher._handle_topic_list_update(self, cmd.watchTopicUpdate)
         elif t == T.AUTH_CHALLENGE:
             self.write(encode_command(self._auth_response()))
         else:
