@@ -59,7 +59,7 @@ async def test_watchers_are_served_and_advertised_only_to_clients_that_announce_
             await TopicListWatch.start(watching, "public", f"{NS}/.*")
         with pytest.raises(ServerError, match="not evaluated by this broker"):
             await TopicListWatch.start(watching, "public/default", f"{NS}/(a+)+")
-        assert broker.call(broker.service.session.topic_list_watch.watcher_count) == 0  # refusals leave nothing
+        assert broker.call(broker.service.topic_list_watch.watcher_count) == 0  # refusals leave nothing
     finally:
         await plain.close()
         await watching.close()
@@ -108,11 +108,11 @@ async def test_a_watcher_hears_of_topics_created_and_deleted_until_it_is_closed(
         assert again.topics == set() and again.topics_hash == watch.topics_hash
         stale = await TopicListWatch.start(conn, "public/default", pattern, topics_hash="00000000")
         assert stale.topics == watch.topics
-        assert broker.call(broker.service.session.topic_list_watch.watcher_count) == 3
+        assert broker.call(broker.service.topic_list_watch.watcher_count) == 3
 
         await watch.close()
         await again.close()
-        assert broker.call(broker.service.session.topic_list_watch.watcher_count) == 1
+        assert broker.call(broker.service.topic_list_watch.watcher_count) == 1
         await create_topic(broker.url, f"{NS}/{prefix}-c")
         update = await stale.next_update(UPDATE_WITHIN_S)  # the open one still hears
         assert update.new_topics == [f"{NS}/{prefix}-c"]
@@ -121,9 +121,9 @@ async def test_a_watcher_hears_of_topics_created_and_deleted_until_it_is_closed(
     finally:
         await conn.close()
     # closing the connection drops its watcher and, with the last one, the namespace's watches
-    await wait_for_async(lambda: broker.call(broker.service.session.topic_list_watch.watcher_count) == 0, 10,
+    await wait_for_async(lambda: broker.call(broker.service.topic_list_watch.watcher_count) == 0, 10,
                          what="the closed connection's watchers dropped")
-    assert broker.call(broker.service.session.topic_list_watch.watched_namespaces) == []
+    assert broker.call(broker.service.topic_list_watch.watched_namespaces) == []
     with pytest.raises(ClientError):
         await stale.next_update(0.1)
 
