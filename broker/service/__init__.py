@@ -3,10 +3,12 @@
 ``BrokerService`` is the public face (the broker process and the admin API call only it); ``Topic`` and
 ``Subscription`` are what it hands out; errors carry protocol codes and HTTP statuses.
 
-Layout: ``server.py`` / ``connection.py`` (sockets and frames), ``handlers*.py`` (the command table),
-``topic.py``, ``producer.py``, ``dedup.py``, ``subscription.py``, ``consumer.py``, ``dispatcher*.py`` (topic
-logic), ``wire.py`` / ``entries.py`` / ``key_shared.py`` (pure codecs and decisions), ``stats.py`` /
-``metrics.py``.
+Three rooms, imports flowing one way (session -> topics -> policies): ``session/`` (sockets, frames, the
+command table, producer endpoints, the connection as its consumers' sink), ``topics/`` (topics,
+subscriptions, consumers' state, dispatchers, deduplication, compaction, non-persistent topics; it owns the
+Protocols the session implements, ``topics/api.py``), ``policies/`` (backlog quotas, rate limits, delayed
+delivery policies, inactive topics, automatic compaction). Beside them: ``errors.py``, ``config.py``,
+``stats.py``, ``latency.py``, ``tasks.py``, ``metrics.py``.
 """
 
 from .config import ServiceConfig

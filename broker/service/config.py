@@ -40,12 +40,12 @@ class ServiceConfig:
         delayed_delivery_enabled: hold messages whose ``deliver_at_time`` is in the future on Shared and
             Key_Shared subscriptions until that time (Pulsar ``delayedDeliveryEnabled``); off: deliver at once.
         delayed_delivery_max_held_entries: most entries one subscription holds for delayed delivery (about
-            350 bytes each); when full, it reads no new entries until held ones come due (``delayed.py``).
+            350 bytes each); when full, it reads no new entries until held ones come due (``topics/delayed_tracker.py``).
         delayed_delivery_tick_time_ms: the delayed-delivery timer of a subscription fires at most this often
             (Pulsar ``delayedDeliveryTickTimeMillis``, 1000 there); 0: at each deliver time exactly.
         delayed_delivery_max_delay_ms: > 0: a message whose deliver time is further than this past its publish
             time is refused with NotAllowedError (Pulsar ``delayedDeliveryMaxDelayInMillis``); 0: no limit.
-            Namespace and topic policies override these three (``delayed_policy.py``).
+            Namespace and topic policies override these three (``policies/delayed_delivery.py``).
         delete_inactive_topics_enabled: delete persistent topics left idle (Pulsar
             ``brokerDeleteInactiveTopicsEnabled``, on there; off here unless a namespace policy says so).
         delete_inactive_topics_frequency_s: how often the owner looks for them
@@ -64,7 +64,7 @@ class ServiceConfig:
             ``producer_exception`` or ``consumer_backlog_eviction``).
         compaction_monitor_interval_s: how often the owner compacts topics whose namespace or topic policy
             sets a ``compaction_threshold`` their uncompacted backlog exceeds (Pulsar
-            ``brokerServiceCompactionMonitorIntervalInSeconds``; ``compaction_monitor.py``).
+            ``brokerServiceCompactionMonitorIntervalInSeconds``; ``policies/auto_compaction.py``).
         dispatch_throttling_rate_per_topic_in_msg, dispatch_throttling_rate_per_topic_in_byte,
         dispatch_throttling_rate_per_subscription_in_msg, dispatch_throttling_rate_per_subscribe_in_byte,
         max_publish_rate_per_topic_in_messages, max_publish_rate_per_topic_in_bytes: the broker's default rate

@@ -256,7 +256,7 @@ class BrokerService:
                 raise MetadataError(f"reading the policies of namespace {topic_name.namespace} failed: {exc}") from exc
             if policies is None and self.config.require_namespace:
                 raise TopicNotFoundError(f"namespace {topic_name.namespace} does not exist")
-        if not topic_name.persistent:  # nothing stored: it exists only while loaded (nonpersistent_topic.py)
+        if not topic_name.persistent:  # nothing stored: it exists only while loaded (topics/nonpersistent/topic.py)
             if not create:
                 return None
             own = await self._own_topic_policies(topic_name)  # the topic's publish rate, when it has one

@@ -4,7 +4,7 @@ Handlers take ``(connection, frame)``. Plain functions run inline in frame order
 (see ``connection.py``). They raise :class:`~.errors.BrokerServiceError` subclasses; :func:`error_response`
 turns one into the answer the command expects. This module serves the connection-level commands
 (handshake, keep-alive, lookups, topic lists and their watchers, schemas) and refuses transactions; producer
-and consumer commands live in ``handlers_producer.py`` and ``handlers_consumer.py``.
+and consumer commands live in ``producer_commands.py`` and ``consumer_commands.py``.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def handle_watch_topic_list_close(conn: "Connection", frame: "Frame") -> None:
 
 
 # ------------------------------------------------------------------------------------------ schemas
-# GET_SCHEMA and GET_OR_CREATE_SCHEMA are served by schemas.py (the schema registry's protocol side).
+# GET_SCHEMA and GET_OR_CREATE_SCHEMA are served by schema_commands.py (the schema registry's protocol side).
 
 
 # ------------------------------------------------------------------------------------------ refusals

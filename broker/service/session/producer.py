@@ -60,7 +60,7 @@ class Producer:
         self.user_provided_name = user_provided_name
         self.metadata = metadata or {}
         self.topic_epoch = topic_epoch
-        self.schema_version = b""  # 8 bytes when it publishes with a schema (schemas.py)
+        self.schema_version = b""  # 8 bytes when it publishes with a schema (schema_commands.py)
         self.connected_since = iso_now()
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()

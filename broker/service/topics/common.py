@@ -1,4 +1,4 @@
-"""What persistent (``topic.py``) and non-persistent (``nonpersistent_topic.py``) topics share: their state,
+"""What persistent (``topic.py``) and non-persistent (``nonpersistent/topic.py``) topics share: their state,
 background tasks, the "still serving" check, producer admission (``producer_access.py``), publish metering and
 the per-window tick of their meters. Each topic class keeps what differs (storage, dispatch, stats shape)."""
 

@@ -61,7 +61,7 @@ class Consumer:
         self.last_consumed_ms = 0
         self.last_acked_ms = 0
         self.last_flow_ms = 0
-        self.read_compacted = False  # reads the compacted view up to the horizon (compacted_view.py)
+        self.read_compacted = False  # reads the compacted view up to the horizon (compaction/view.py)
         self.avg_messages_per_entry = 1.0
 
     def __repr__(self) -> str:

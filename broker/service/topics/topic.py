@@ -98,7 +98,7 @@ class Topic(TopicCommon):
         self.topic_replication_clusters: Optional[list[str]] = None  # topic-level override, when set
         self.replication_in: dict[str, tuple[RateMeter, RateMeter]] = {}  # origin cluster -> (msgs, bytes)
         self.topic_backlog_quotas: Optional[dict] = None  # topic-level backlog quotas by type, when set
-        self.own_topic_policies = None  # the topic's own TopicPolicies, when any are set (delayed_policy.py)
+        self.own_topic_policies = None  # the topic's own TopicPolicies, when any are set (policies/delayed_delivery.py)
         self.backlog_quota = TopicBacklogQuota(self, service.backlog_quota_defaults,
                                                publish_time_of=publish_time_of)
         self.rate_limits = TopicRateLimits(self)  # publish and dispatch rate limits (throttle.py)

@@ -17,7 +17,7 @@ drive them negative, as for persistent topics) and its connection is not write-b
   can send ACTIVE_CONSUMER_CHANGE (true to the new one, false to the others).
 * Shared (:class:`SharedDispatch`): round robin over the ready consumers of the best priority level.
 * Key_Shared (:class:`KeySharedDispatch`): the consumer owning the entry's sticky-key hash, through the same
-  selectors as the persistent dispatcher (``key_shared.py``). If that consumer is not ready the entry is
+  selectors as the persistent dispatcher (``dispatch/key_ranges.py``). If that consumer is not ready the entry is
   dropped, never handed to another consumer, so each key stays with one consumer.
 
 ``add`` / ``remove`` return the ACTIVE_CONSUMER_CHANGE notifications to send, as ``(consumer, is_active)``.

@@ -5,7 +5,7 @@ Theory of operation
 
 A SEND is handled inline, as for persistent topics, but nothing is appended anywhere: the entry (byte for
 byte as received) is offered at once to every subscription, whose dispatch gives it to one consumer with
-permits or drops it (``nonpersistent_subscription.py``, ``nonpersistent_dispatch.py``), and the receipt goes
+permits or drops it (``subscription.py``, ``dispatch.py``), and the receipt goes
 back immediately with message id ``(0, 0)``, as Pulsar's ``NonPersistentTopic.publishMessage`` answers.
 So a message published while a subscription has no consumer ready is lost for that subscription, and a
 consumer subscribing later never sees it. There is no backlog, no deduplication (receipts answer every
