@@ -4,15 +4,17 @@ broker service. Never used in production code.
 It follows the interface's documented semantics (positions ``(ledger_id, entry_id)``, ledgers rolled over
 every ``entries_per_ledger`` entries, cursors = mark-delete position + individually deleted positions,
 durable cursors surviving a close/re-open of the same factory) and adds fault injection:
-``fail_next_adds(n, exc)`` makes the next ``n`` appends fail. ``watch_list`` tells of ledgers created and deleted
-through this factory (a real one watches ZooKeeper, so it also sees other brokers' changes).
+``fail_next_adds(n, exc)`` makes the next ``n`` appends fail; ``read_delay`` (an async callable) keeps every
+read in flight until it returns, its positions already chosen, as a bookie round trip does (reads complete
+without yielding otherwise, so no event could land in the middle of one). ``watch_list`` tells of ledgers
+created and deleted through this factory (a real one watches ZooKeeper, so it also sees other brokers' changes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-from typing import Callable, Optional, Sequence
+from typing import Awaitable, Callable, Optional, Sequence
 
 from broker.managed_ledger.api import (Entry, InitialPosition, ManagedCursor, ManagedLedger, ManagedLedgerError,
                                        ManagedLedgerFactory, Position)
@@ -32,6 +34,8 @@ class MemoryCursor(ManagedCursor):
         self._deleted: set[Position] = set()
         self.properties: dict[str, int] = {}
         self.flushes = 0
+        self._epoch = 0  # bumped by every explicit move of the read position
+        self._read_lock = asyncio.Lock()
 
     @property
     def mark_delete_position(self) -> Position:
@@ -42,6 +46,21 @@ class MemoryCursor(ManagedCursor):
         return self._read
 
     async def read_entries(self, max_entries: int, *, max_bytes: Optional[int] = None) -> list[Entry]:
+        ml = self._ml
+        if ml.read_delay is None:
+            return self._read_now(max_entries, max_bytes)
+        async with self._read_lock:  # as the real cursor: one read at a time, positions chosen first
+            epoch = self._epoch
+            start = self._read
+            out = self._read_now(max_entries, max_bytes)
+            after, self._read = self._read, start
+            if out:
+                await ml.read_delay()
+            if epoch == self._epoch:  # not rewound meanwhile
+                self._read = max(self._read, after)
+            return out
+
+    def _read_now(self, max_entries: int, max_bytes: Optional[int]) -> list[Entry]:
         ml = self._ml
         out: list[Entry] = []
         size = 0
@@ -133,14 +152,17 @@ class MemoryCursor(ManagedCursor):
 
     def seek(self, position: Position) -> None:
         self._read = position
+        self._epoch += 1
 
     def rewind(self) -> None:
         self._read = self._ml.next_position(self._md)
+        self._epoch += 1
 
     async def reset(self, position: Position) -> None:
         self._md = self._ml._previous(position)
         self._deleted.clear()
         self._read = position
+        self._epoch += 1
 
     def backlog_entries(self) -> int:
         ml = self._ml
@@ -166,6 +188,9 @@ class MemoryManagedLedger(ManagedLedger):
         self._fail_adds: list[BaseException] = []
         self._held: Optional[list[tuple[bytes, asyncio.Future]]] = None
         self.entries_added = 0
+        # Fault injection: when set, every read awaits it once its positions are chosen (a bookie round trip),
+        # so events can land while a read is in flight, as with the real managed ledger.
+        self.read_delay: Optional[Callable[[], Awaitable[None]]] = None
 
     # -- fault injection ------------------------------------------------------------------------------
     def fail_next_adds(self, n: int, exc: BaseException | None = None) -> None:
@@ -283,6 +308,8 @@ class MemoryManagedLedger(ManagedLedger):
         return dict(self._cursors)
 
     async def read_entry(self, position: Position) -> Entry:
+        if self.read_delay is not None:
+            await self.read_delay()
         try:
             return Entry(position, self._data[position])
         except KeyError:

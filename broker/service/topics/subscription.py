@@ -484,7 +484,14 @@ class Subscription:
             self._snapshots_passed()
 
     async def mark_delete_up_to(self, position: Position) -> None:
-        """Acknowledges everything up to ``position`` (skip, expire)."""
+        """Acknowledges everything up to ``position`` (skip, expire, clear-backlog, backlog eviction, a
+        replicated subscription's update).
+
+        The dispatcher is woken, never rewound: what it sent past ``position`` and is still unacknowledged
+        stays with its consumers, as in Pulsar (only a seek or a redelivery request sends an entry again).
+        Rewinding would read those entries once more and deliver them twice. The cursor moves its read
+        position past ``position`` by itself, and whatever a read in flight or the replay set still holds up
+        to ``position`` is dropped by the acknowledgement filter."""
         await self.drain_acks()
         if position <= self.cursor.mark_delete_position:
             return
@@ -496,8 +503,6 @@ class Subscription:
         for c in self.consumers:
             c.acked_up_to(position)
         if self.dispatcher is not None:
-            self.dispatcher.generation += 1
-            self.rewind_cursor()
             self.dispatcher.wake()
         self._snapshots_passed()
 

@@ -271,8 +271,13 @@ class SharedDispatcher(Dispatcher):
                 self.subscription.log_debug(f"replay of {pos} skipped: {exc}")
         if generation != self.generation:
             return Next.PROGRESS
-        sent = self.dispatch(self.filter_entries(entries), replayed=True)
-        if not sent:
+        batch = self.filter_entries(entries)
+        sent = self.dispatch(batch, replayed=True)
+        # Stuck only when there was something to send and nobody could take it. Entries acknowledged while they
+        # were being read leave nothing to send; that is progress. And an event during the round (its FLOW, an
+        # acknowledgement) may have made room: its wake must not be overridden, or the replayed entries would
+        # wait for the event after it while new entries flow past them.
+        if batch and not sent and not self._wakeup.is_set():
             self.replay_stuck = True
         return Next.PROGRESS
 
