@@ -70,6 +70,17 @@ def broker(config: pathlib.Path = typer.Option(..., "--config", help="broker.tom
 
 
 @app.command()
+def proxy(config: pathlib.Path = typer.Option(..., "--config", help="proxy.toml")) -> None:
+    """Run a region's gateway proxy (pulsar+ssl:// lookups and forwarding to brokers, admin REST, /metrics)."""
+    from proxy.process import run
+
+    try:
+        run(config)
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
 def up(
     topology: pathlib.Path = typer.Argument(..., help="Topology file, e.g. clusters/standalone.toml."),
     data_dir: pathlib.Path = typer.Option(..., "--data-dir", help="Where every process keeps its data and logs."),

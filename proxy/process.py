@@ -1,0 +1,275 @@
+"""The proxy process: ``magnetar proxy --config proxy.toml``.
+
+Start-up order (each step needs the one before):
+
+1. the TLS certificate and the proxy's credentials towards brokers are loaded (a bad file stops the start with
+   a message naming it);
+2. the region's ZooKeeper is opened and the registered brokers are read (:class:`proxy.directory.BrokerDirectory`);
+3. the binary-protocol listeners start (``tls_port``, ``port``), then the web ports (``web_port``,
+   ``web_tls_port``), and ``<data_dir>/endpoints.json`` is written last, when ``/health`` turns 200.
+
+SIGTERM / SIGINT: the listeners stop, open connections are closed (flushing what they have queued) within
+``shutdown_grace_ms``, then the broker connections of lookups, the HTTP server and the store close; exit code 0.
+
+The global configuration store (``configuration_store``) is not opened yet: nothing the proxy does needs it
+until it authorizes clients against namespace permissions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import signal
+import ssl
+import sys
+from typing import Any, Optional
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from config_store import KazooMetadataStore, MetadataError, MetadataStore
+from observability.runtime import RuntimeMetrics, tune_runtime
+
+from .broker_client import BrokerClient
+from .config import ProxyConfig
+from .context import ProxyContext
+from .directory import BrokerDirectory
+from .errors import ProxyStartError
+from .http import ForwardingSettings, make_app
+from .limits import ConnectionLimiter, RequestLimiter
+from .lookups import LookupProxy
+from .metrics import ProxyCollector, ProxyStats
+from .server import ProxyServer
+from .tls import ServerTls
+
+__all__ = ["ProxyProcess", "run", "serve"]
+
+log = logging.getLogger("proxy.process")
+
+
+class ProxyProcess:
+    """One running proxy in this process. ``await start()``, then ``await close()`` (idempotent).
+
+    Attributes (valid after start): ``port``, ``tls_port``, ``web_port``, ``web_tls_port`` (bound; 0: not
+    served), ``ctx`` (the shared state of the connections), ``directory``.
+    """
+
+    def __init__(self, config: ProxyConfig, *, registry: Optional[CollectorRegistry] = None) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.port = self.tls_port = self.web_port = self.web_tls_port = 0
+        self.store: Optional[MetadataStore] = None
+        self.directory: Optional[BrokerDirectory] = None
+        self.lookups: Optional[LookupProxy] = None
+        self.server: Optional[ProxyServer] = None
+        self.ctx: Optional[ProxyContext] = None
+        self.server_tls: Optional[ServerTls] = None
+        self.stats = ProxyStats()
+        self._http_session: Optional[aiohttp.ClientSession] = None
+        self._runner: Optional[web.AppRunner] = None
+        self.runtime_metrics: Optional[RuntimeMetrics] = None
+        self._state = "new"
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state != "new":
+            raise ProxyStartError(f"a proxy that is {self._state} cannot be started")
+        self._state = "starting"
+        config = self.config
+        try:
+            config.data_dir.mkdir(parents=True, exist_ok=True)
+            config.endpoints_path.unlink(missing_ok=True)  # a stale file must not look like this run's
+            if config.serves_tls:
+                try:
+                    self.server_tls = ServerTls(config)
+                except (ssl.SSLError, OSError) as e:
+                    raise ProxyStartError(f"cannot load the proxy's certificate ({config.tls_cert_file}, "
+                                          f"{config.tls_key_file}, {config.tls_trust_certs_file or 'no CA'}): "
+                                          f"{e}") from None
+            broker_client = BrokerClient.from_config(config)
+            self.store = KazooMetadataStore(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms)
+            await self.store.start()
+            self.directory = BrokerDirectory(self.store, tls_enabled_with_broker=config.tls_enabled_with_broker)
+            await self.directory.start()
+            self.lookups = LookupProxy(directory=self.directory, broker_client=broker_client,
+                                       timeout_s=config.lookup_timeout_ms / 1000,
+                                       connect_timeout_s=config.broker_connect_timeout_ms / 1000,
+                                       max_redirects=config.max_lookup_redirects)
+            self.ctx = ProxyContext(
+                directory=self.directory, broker_client=broker_client, lookups=self.lookups,
+                limiter=ConnectionLimiter(max_total=config.max_concurrent_inbound_connections,
+                                          max_per_ip=config.max_concurrent_inbound_connections_per_ip),
+                lookup_limiter=RequestLimiter(config.max_concurrent_lookup_requests), stats=self.stats,
+                server_tls=self.server_tls, handshake_timeout_s=config.handshake_timeout_ms / 1000,
+                keep_alive_interval_s=config.keep_alive_interval_ms / 1000,
+                broker_connect_timeout_s=config.broker_connect_timeout_ms / 1000,
+                relay_buffer_bytes=config.relay_buffer_bytes)
+            ctx = self.ctx
+            ProxyCollector(self.stats, active_connections=lambda: ctx.limiter.active,
+                           relayed_connections=lambda: ctx.relayed_connections).register(self.registry)
+            self.server = ProxyServer(self.ctx, host=config.bind_host, port=config.port, tls_port=config.tls_port)
+            await self.server.start()
+            self.port, self.tls_port = self.server.port, self.server.tls_port
+            await self._start_http()
+        except MetadataError as e:
+            await self.close()
+            raise ProxyStartError(f"cannot read the region's brokers from {config.zookeeper}: {e}") from None
+        except BaseException:
+            await self.close()
+            raise
+        self._write_endpoints()
+        self.runtime_metrics = RuntimeMetrics(self.registry)
+        self.runtime_metrics.start()
+        self._state = "started"
+        log.info("proxy ready: %s (cluster %s)", ", ".join(self.urls()), config.cluster)
+
+    async def _start_http(self) -> None:
+        config = self.config
+        if not config.web_port and not config.web_tls_port:
+            return
+        self._http_session = aiohttp.ClientSession(auto_decompress=False)
+        app = make_app(directory=self.directory, registry=self.registry, health=self.health,
+                       forwarding=ForwardingSettings(session=self._http_session,
+                                                     timeout_s=config.http_timeout_ms / 1000),
+                       body_max_bytes=config.http_request_body_max_bytes)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        for port, tls in ((config.web_port, False), (config.web_tls_port, True)):
+            if not port:
+                continue
+            context = self._reloading_context() if tls else None
+            site = web.TCPSite(self._runner, config.bind_host, port, ssl_context=context, reuse_address=True)
+            try:
+                await site.start()
+            except OSError as e:
+                raise ProxyStartError(f"cannot listen on {config.bind_host}:{port} (HTTP{'S' if tls else ''}): "
+                                      f"{e.strerror or e}") from None
+            if tls:
+                self.web_tls_port = port
+            else:
+                self.web_port = port
+            log.info("admin, lookup and metrics over HTTP%s on %s:%d", "S" if tls else "", config.bind_host, port)
+
+    def _reloading_context(self) -> ssl.SSLContext:
+        """An HTTPS context that hands every handshake the current certificate (reloaded when its files change)."""
+        assert self.server_tls is not None
+        outer = self.server_tls.context()
+        server_tls = self.server_tls
+
+        def pick(sslobj: ssl.SSLObject, _name: Optional[str], _ctx: ssl.SSLContext) -> None:
+            current = server_tls.context()
+            if current is not outer:
+                sslobj.context = current
+
+        outer.sni_callback = pick
+        return outer
+
+    async def close(self) -> None:
+        """Closes everything (see the module docstring); idempotent."""
+        if self._state in ("closing", "closed"):
+            return
+        self._state = "closing"
+        if self.runtime_metrics is not None:
+            self.runtime_metrics.close()
+        grace_s = self.config.shutdown_grace_ms / 1000
+        if self.server is not None:
+            await self.server.close(grace_s=grace_s)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._http_session is not None:
+            await self._http_session.close()
+        if self.lookups is not None:
+            await self.lookups.close()
+        if self.directory is not None:
+            await self.directory.close()
+        if self.store is not None:
+            await self.store.close()
+        self._state = "closed"
+        log.info("proxy stopped")
+
+    async def __aenter__(self) -> "ProxyProcess":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- wiring ------------------------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        if self._state != "started":
+            return False, self._state
+        if self.store is not None and not self.store.connected:
+            return False, "ZooKeeper connection lost"
+        brokers = len(self.directory.brokers) if self.directory is not None else 0
+        return True, f"ok ({brokers} broker(s) registered)"
+
+    def urls(self) -> list[str]:
+        host = self.config.advertised_host
+        found = []
+        for scheme, port in (("pulsar+ssl", self.tls_port), ("pulsar", self.port), ("https", self.web_tls_port),
+                             ("http", self.web_port)):
+            if port:
+                found.append(f"{scheme}://{host}:{port}")
+        return found
+
+    def _write_endpoints(self) -> None:
+        host = self.config.advertised_host
+        data: dict[str, Any] = {"cluster": self.config.cluster, "pid": os.getpid()}
+        for key, scheme, port in (("pulsar_ssl", "pulsar+ssl", self.tls_port), ("pulsar", "pulsar", self.port),
+                                  ("https", "https", self.web_tls_port), ("http", "http", self.web_port)):
+            if port:
+                data[key] = f"{scheme}://{host}:{port}"
+        web_base = data.get("http") or data.get("https")
+        if web_base:
+            data["metrics"] = f"{web_base}/metrics"
+        path = self.config.endpoints_path
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+# -- process -----------------------------------------------------------------------------------------------
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [proxy] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("kazoo", "config_store.kazoo", "aiohttp.access", "magnetar.protocol.client"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def serve(config: ProxyConfig) -> None:
+    """Runs a proxy until SIGTERM or SIGINT, then shuts it down cleanly."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    proxy = ProxyProcess(config)
+    try:
+        await proxy.start()
+        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
+            tune_runtime()
+        await stop.wait()
+        log.info("signal received")
+    finally:
+        await proxy.close()
+
+
+def run(config_path: pathlib.Path | str) -> None:
+    """Entry point of ``magnetar proxy --config FILE``."""
+    config = ProxyConfig.load(config_path)
+    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
+    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:
+        pass
