@@ -17,6 +17,7 @@ protocol not have the shape this relies on, it falls back to ``loop.start_tls``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import ssl
@@ -109,7 +110,14 @@ class _CompactSSLProtocol(sslproto.SSLProtocol):
 
 
 def _compact_supported() -> bool:
-    return hasattr(sslproto.SSLProtocol, "max_size") and hasattr(sslproto.SSLProtocol, "_app_transport")
+    """Whether asyncio's TLS protocol has the constructor and buffer this module relies on (CPython 3.11+)."""
+    try:
+        params = inspect.signature(sslproto.SSLProtocol.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+    expected = {"loop", "app_protocol", "sslcontext", "waiter", "server_side", "call_connection_made",
+                "ssl_handshake_timeout"}
+    return isinstance(getattr(sslproto.SSLProtocol, "max_size", None), int) and expected <= set(params)
 
 
 _COMPACT = _compact_supported()
@@ -141,7 +149,7 @@ async def start_tls_server(transport: asyncio.BaseTransport, protocol: asyncio.B
         conmade.cancel()
         resume.cancel()
         raise
-    return ssl_protocol._app_transport
+    return getattr(ssl_protocol, "_app_transport", None)
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pathlib
 import random
 import ssl
 import struct
@@ -14,6 +15,7 @@ import aiohttp
 import pulsar
 import pytest
 
+from magnetar.net import free_port
 from magnetar.protocol import FrameDecoder, encode_command, pb, wrap
 from magnetar.protocol.client import Connection, ServerError
 from magnetar.protocol.client.commands import connect_command
@@ -350,3 +352,67 @@ async def test_admin_rest_and_http_lookup_through_the_proxy(region) -> None:
             in text
         async with http.get(f"{base}/health") as r:
             assert r.status == 200 and "2 broker(s)" in await r.text()
+
+
+# -- TLS ----------------------------------------------------------------------------------------------------
+
+
+async def tls_handshake(port: int, ctx: ssl.SSLContext) -> bool:
+    """True when a TLS connection verifying with ``ctx`` completes and the proxy answers CONNECT over it."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    except (ssl.SSLError, OSError):
+        return False
+    try:
+        return await handshakes(reader, writer)
+    except (ssl.SSLError, OSError):
+        return False
+    finally:
+        writer.close()
+
+
+async def test_client_certificates_are_verified_when_required(tmp_path, zk_connect) -> None:
+    ca, other = TestCa(tmp_path / "ca"), TestCa(tmp_path / "other", name="Someone Else's CA")
+    proxy = start_proxy(tmp_path, zk_connect, ca, tls_require_trusted_client_cert=True)
+
+    def context(cert=None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(ca.ca_file))
+        if cert is not None:
+            ctx.load_cert_chain(cert.cert, cert.key)
+        return ctx
+
+    assert await tls_handshake(proxy.tls_port, context(ca.client("alice")))
+    assert not await tls_handshake(proxy.tls_port, context())                       # no certificate
+    assert not await tls_handshake(proxy.tls_port, context(other.client("mallory")))  # another CA's
+    samples = proxy.metrics()
+    assert samples['magnetar_proxy_auth_failures_total{reason="no_client_cert"}'] == 1
+    assert samples['magnetar_proxy_auth_failures_total{reason="untrusted_cert"}'] == 1
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path, zk_connect) -> None:
+    first, second = TestCa(tmp_path / "first"), TestCa(tmp_path / "second", name="Renewed CA")
+    proxy = start_proxy(tmp_path, zk_connect, first, web_tls_port=free_port())
+    trusts_first = ssl.create_default_context(cafile=str(first.ca_file))
+    trusts_second = ssl.create_default_context(cafile=str(second.ca_file))
+
+    async def https_health(ctx: ssl.SSLContext, host: str) -> bool:
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"https://{host}:{proxy.settings['web_tls_port']}/health", ssl=ctx) as r:
+                    return r.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    assert await tls_handshake(proxy.tls_port, trusts_first)
+    assert await https_health(trusts_first, "localhost") and await https_health(trusts_first, "127.0.0.1")
+    renewed = second.server("renewed")
+    cert_path, key_path = proxy.settings["tls_cert_file"], proxy.settings["tls_key_file"]
+    pathlib.Path(key_path).write_bytes(renewed.key.read_bytes())
+    pathlib.Path(cert_path).write_bytes(renewed.cert.read_bytes())
+    await wait_for_async(lambda: tls_handshake(proxy.tls_port, trusts_second), 15, interval_s=0.2,
+                         what="the renewed certificate served")
+    assert not await tls_handshake(proxy.tls_port, trusts_first)
+    for host in ("localhost", "127.0.0.1"):  # HTTPS too, with or without SNI
+        await wait_for_async(lambda: https_health(trusts_second, host), 15, interval_s=0.2, what=f"HTTPS {host}")
+        assert not await https_health(trusts_first, host)
+    assert proxy.process.alive
