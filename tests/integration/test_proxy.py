@@ -8,8 +8,12 @@ import asyncio
 import contextlib
 import pathlib
 import random
+import re
+import socket
 import ssl
 import struct
+import subprocess
+import urllib.request
 
 import aiohttp
 import pulsar
@@ -22,6 +26,7 @@ from magnetar.protocol.client.commands import connect_command
 
 from tests.kit.brokers import start_brokers
 from tests.kit.certs import TestCa
+from tests.kit.process import python_command
 from tests.kit.proxies import start_proxy
 from tests.kit.wait import wait_for_async
 
@@ -63,9 +68,6 @@ def test_produce_consume_reader_and_partitioned_topics_through_the_proxy_over_tl
             producer.close()
             consumer.close()
         partitioned = "persistent://public/default/through-proxy-partitioned"
-        brokers[0].process  # noqa: B018 (the admin call below goes through the proxy, not a broker)
-        import urllib.request
-
         request = urllib.request.Request(f"{proxy.http_url}/admin/v2/persistent/public/default/"
                                          f"through-proxy-partitioned/partitions", data=b"4", method="PUT",
                                          headers={"Content-Type": "application/json"})
@@ -78,6 +80,11 @@ def test_produce_consume_reader_and_partitioned_topics_through_the_proxy_over_tl
         received = sorted(consumer.receive(timeout_millis=10_000).data().decode() for _ in range(40))
         assert received == sorted(f"p-{n}" for n in range(40))
         assert len(client.get_topic_partitions(partitioned)) == 4
+        # a pattern consumer finds its topics through the proxy (GET_TOPICS_OF_NAMESPACE) and reads them all
+        pattern = client.subscribe(re.compile(r"persistent://public/default/through-proxy-\d"), "pattern",
+                                   initial_position=pulsar.InitialPosition.Earliest)
+        seen = {pattern.receive(timeout_millis=10_000).topic_name() for _ in range(len(topics) * 20)}
+        assert seen == set(topics)
     finally:
         client.close()
     samples = proxy.metrics()
@@ -352,6 +359,10 @@ async def test_admin_rest_and_http_lookup_through_the_proxy(region) -> None:
             in text
         async with http.get(f"{base}/health") as r:
             assert r.status == 200 and "2 broker(s)" in await r.text()
+    cli = await asyncio.to_thread(subprocess.run, python_command("admin", "topics", "list", "acme/orders", "--url",
+                                                                 base), capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and all(f"persistent://acme/orders/{n}" in cli.stdout for n in names), cli.stderr
+    assert await asyncio.to_thread(proxy.process.terminate) == 0  # SIGTERM: a clean exit
 
 
 # -- TLS ----------------------------------------------------------------------------------------------------
@@ -416,3 +427,71 @@ async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path, zk_co
         await wait_for_async(lambda: https_health(trusts_second, host), 15, interval_s=0.2, what=f"HTTPS {host}")
         assert not await https_health(trusts_first, host)
     assert proxy.process.alive
+
+
+# -- backpressure --------------------------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_consumer_that_stops_reading_holds_the_broker_back_not_the_proxys_memory(
+        tmp_path, zk_connect, bookie_factory) -> None:
+    bookie_factory(2)
+    (broker,) = start_brokers(1, tmp_path, zk_connect)
+    proxy = start_proxy(tmp_path, zk_connect, None, relay_buffer_bytes=64 * 1024)
+    topic, count, size = "persistent://public/default/slow-reader", 3000, 16 * 1024
+    lookups = await Connection(proxy.pulsar_url).start()  # the broker takes the topic on at its lookup
+    answer = (await lookups.request(pb.CommandLookupTopic(topic=topic))).lookupTopicResponse
+    assert answer.brokerServiceUrl == broker.pulsar_url and answer.proxy_through_service_url
+    await lookups.close()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    sock.connect(("127.0.0.1", proxy.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    decoder = FrameDecoder()
+
+    async def next_command() -> pb.BaseCommand:
+        while True:
+            frames = decoder.feed(await asyncio.wait_for(reader.read(65536), 10))
+            if frames:
+                assert len(frames) == 1
+                return frames[0].command
+
+    writer.write(encode_command(connect_command(proxy_to_broker_url=broker.pulsar_url.removeprefix("pulsar://"))))
+    assert (await next_command()).type == pb.BaseCommand.CONNECTED
+    writer.write(encode_command(wrap(pb.CommandSubscribe(
+        topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive, consumer_id=1, request_id=1,
+        initialPosition=pb.CommandSubscribe.Earliest))))
+    assert (await next_command()).type == pb.BaseCommand.SUCCESS
+    writer.write(encode_command(wrap(pb.CommandFlow(consumer_id=1, messagePermits=count))))
+    await writer.drain()
+    before = rss_bytes(proxy.process.pid)
+
+    def publish() -> None:  # 48 MiB through the proxy while the consumer reads nothing
+        client = pulsar.Client(proxy.pulsar_url, operation_timeout_seconds=60)
+        try:
+            producer = client.create_producer(topic, block_if_queue_full=True, batching_enabled=True,
+                                              batching_max_publish_delay_ms=5)
+            payload = b"x" * size
+            for _ in range(count):
+                producer.send_async(payload, None)
+            producer.flush()
+        finally:
+            client.close()
+
+    await asyncio.to_thread(publish)
+    grown = rss_bytes(proxy.process.pid) - before
+    assert grown < 12 * 1024 * 1024, f"the proxy grew by {grown / 2**20:.1f} MiB holding a slow reader's messages"
+    received = 0
+    async with asyncio.timeout(120):  # now read: every message arrives, nothing was dropped by the pause
+        while received < count:
+            for frame in decoder.feed(await reader.read(1 << 20)):
+                if frame.command.type == pb.BaseCommand.MESSAGE:
+                    received += max(1, frame.metadata.num_messages_in_batch)
+    assert received == count
+    writer.close()
