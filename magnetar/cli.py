@@ -76,7 +76,7 @@ def up(
     detach: bool = typer.Option(False, "--detach", help="Return once everything is healthy; leave it running."),
 ) -> None:
     """Start every process a topology names, wait until healthy, write DATA_DIR/topology.json."""
-    from clusters.supervisor import up as do_up
+    from clusters.commands import up as do_up
 
     try:
         raise typer.Exit(code=do_up(topology, data_dir, detach=detach))
@@ -87,7 +87,7 @@ def up(
 @app.command()
 def down(data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
     """Stop every process of the deployment in DATA_DIR (process groups; nothing left listening)."""
-    from clusters.supervisor import down as do_down
+    from clusters.commands import down as do_down
 
     try:
         raise typer.Exit(code=do_down(data_dir))
@@ -101,7 +101,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show every process of the deployment in DATA_DIR: alive, dead (with exit code), endpoints."""
-    from clusters.supervisor import status as do_status
+    from clusters.commands import status as do_status
 
     try:
         raise typer.Exit(code=do_status(data_dir, as_json=as_json))
