@@ -320,12 +320,15 @@ def verify_token(token: "str | bytes", key: VerificationKey, *, audience_claim: 
     text = _token_text(token)
     header, _ = show_token(text)
     algorithm = header.get("alg")
-    if not isinstance(algorithm, str) or algorithm.lower() == "none" or not algorithm:
-        raise AuthenticationError("unsigned token (alg none) refused: tokens must be signed", reason="bad_signature")
+    if not isinstance(algorithm, str) or not algorithm:
+        raise AuthenticationError("malformed token: its header names no algorithm (alg)", reason="malformed")
+    if algorithm.lower() == "none":
+        raise AuthenticationError("unsigned token (alg none) refused: tokens must be signed",
+                                  reason="bad_signature")
     if algorithm not in key.algorithms:
-        raise AuthenticationError(
-            f"token signed with {re.sub(r'[^A-Za-z0-9_-]', '?', algorithm[:20])}, but this server verifies {'/'.join(key.algorithms)} tokens with "
-            f"its {key.kind} key", reason="bad_signature")
+        shown = re.sub(r"[^A-Za-z0-9_-]", "?", algorithm[:20])
+        raise AuthenticationError(f"token signed with {shown}, but this server verifies {'/'.join(key.algorithms)} "
+                                  f"tokens with its {key.kind} key", reason="bad_signature")
     try:
         claims = jwt.decode(text, key.key, algorithms=list(key.algorithms), options=_DECODE_OPTIONS)
     except jwt.InvalidSignatureError:

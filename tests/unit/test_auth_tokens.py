@@ -249,7 +249,7 @@ def test_role_claim(secret: bytes) -> None:
     (b"not-a-jwt", "malformed"),
     (b"a.b.c", "malformed"),
     (b"\xff\xfe.\x00.x", "malformed"),
-    (b"e30.e30.", "bad_signature"),  # {} header: no alg
+    (b"e30.e30.", "malformed"),  # {} header: no alg
     (b"W10.e30.sig", "malformed"),  # [] header
     (b"x" * (tokens.MAX_TOKEN_CHARS + 1), "malformed"),
 ])
