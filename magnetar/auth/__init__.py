@@ -10,6 +10,7 @@ does not load PyJWT and ``cryptography``):
   ``verify_token``, ``show_token``).
 * ``tls``: ``TlsSettings``, ``server_context``, ``client_context``, ``ReloadingServerContext``.
 * ``certs``: a development CA, server certificates with SANs and client certificates by role.
+* ``authorization``: what a role may do, a pure decision over the grants stored in the configuration store.
 
 Nothing here imports another room, asyncio or a socket: providers are pure decisions over the credentials a
 connection hands them.
