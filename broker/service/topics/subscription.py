@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
@@ -39,7 +38,7 @@ from .dispatch.base import Dispatcher
 from .dispatch.key_shared import KeySharedDispatcher
 from .dispatch.shared import SharedDispatcher
 from .dispatch.single import SingleActiveConsumerDispatcher
-from .stats import SubscriptionStats
+from .stats import SubscriptionStats, with_key_hash_ranges
 from ..errors import ConsumerBusyError, ServiceNotReadyError, SubscriptionNotFoundError
 from ..stats import RateMeter
 from ..tasks import shielded
@@ -352,9 +351,7 @@ class Subscription(SubscriptionAcks):
         dispatcher = self.dispatcher
         delayed = dispatcher.delayed_messages() if dispatcher else 0
         key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatcher) else None
-        if key_shared is not None:
-            cstats = [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
-                      for c, s in zip(consumers, cstats)]
+        cstats = with_key_hash_ranges(consumers, cstats, key_shared)
         return SubscriptionStats(
             type=self.type_name(),
             consumers=tuple(cstats),
