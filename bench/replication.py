@@ -213,7 +213,7 @@ def _fmt(v: Optional[float]) -> str:
 def _deployment(args: argparse.Namespace, tmp: pathlib.Path) -> tuple[pathlib.Path, bool]:
     if args.data_dir:
         return pathlib.Path(args.data_dir), False
-    from clusters.supervisor import up
+    from clusters.commands import up
 
     data_dir = tmp / "deployment"
     _say(f"starting {LOCAL.name} in {data_dir}")
@@ -257,7 +257,7 @@ def main() -> int:
             rows.append(run_step(urls, origin, remote, rate, args))
     finally:
         if started:
-            from clusters.supervisor import down
+            from clusters.commands import down
 
             _say(f"stopping the deployment in {data_dir}")
             down(data_dir)

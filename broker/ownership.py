@@ -26,50 +26,34 @@ lookup for a topic:
   configuration store (not its cache): if the bundle was split meanwhile, it lets go and answers "not
   ready", so a broker with stale boundaries never owns a range that overlaps the halves.
 
-Splitting a bundle (:meth:`BundleOwnership.split`, driven by :mod:`broker.bundle_split`), as Pulsar's
-``splitAndOwnBundle``: the owner acquires both halves (nobody looks them up yet: they are not in the
-boundaries), commits the new boundaries by compare-and-set, switches its own bundle cache to them, then
-deletes the old bundle's node. Its topics stay loaded: they now belong to halves it owns. With ``unload``
-the halves are then unloaded like any bundle, so the next lookups place them by load.
-
 Advertised listeners. A lookup may name a listener (:mod:`broker.listeners`); the answer then carries the
 owner's URLs for it, read from the ownership record (which holds the owner's listeners, as Pulsar's
 ``NamespaceEphemeralData`` does) or, for a redirect, from the chosen broker's registration. A broker
 without that listener fails the lookup with :class:`~.ownership_errors.UnknownListenerError` (Pulsar:
 ``ServiceNotReady`` naming the listener), checked before this broker acquires anything for it.
 
-Losing ownership. When the ZooKeeper session is LOST every ephemeral node of this broker is gone, so the
-owned map is cleared at once (``is_owned_by_me`` turns False before any other coroutine runs) and the
-topics of those bundles are unloaded through the unloader the process wires in; the next lookup assigns
-the bundles again (possibly here). A broker that dies loses its nodes with its session; the next owner's
-managed-ledger open fences the old ledgers.
-
-Unloading a bundle (admin, shutdown, namespace deletion) follows Pulsar's order: mark the owner record
-disabled (lookups answer "not ready" instead of sending clients here), unload its topics (clients are
-disconnected and look up again), then delete the node. On shutdown the broker first removes its
-``/brokers/<id>`` registration so nobody assigns it new bundles, then unloads everything it owns.
+Acquiring, splitting and unloading bundles, and losing them with the ZooKeeper session, are the half of
+this class in :mod:`broker.bundle_claims` (:class:`~broker.bundle_claims.BundleClaims`, which it inherits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from config_store import (BadVersionError, ConfigurationStore, EphemeralRegistration, InvalidMetadataError,
-                          MetadataError, MetadataStore, NotFoundError, Policies, SessionEvent)
-from config_store.brokers import (AdvertisedListener, BrokerLoad, BrokerRegistration, BrokerRegistry, BundleOwner,
-                                  BundleStats)
+from config_store import (ConfigurationStore, EphemeralRegistration, InvalidMetadataError, MetadataError,
+                          MetadataStore, NotFoundError, Policies)
+from config_store.brokers import AdvertisedListener, BrokerLoad, BrokerRegistration, BrokerRegistry, BundleStats
 from magnetar.topic_name import TopicName
 
 from . import metrics_names as names
+from .bundle_claims import BundleClaims, OwnedBundle, OwnershipState, Unloader
 from .bundles import NamespaceBundle, NamespaceBundles, bundles_data, default_boundaries, parse_bundles_data
 from .load_balance import ResourceWeights, choose_broker
 from .ownership_api import LookupResult, Ownership, listener_urls
@@ -77,29 +61,10 @@ from .ownership_errors import NamespaceNotFoundError, OwnershipError, ServiceUni
 
 log = logging.getLogger("broker.ownership")
 
-
-class _State(enum.Enum):
-    NEW = "new"
-    STARTED = "started"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-@dataclass
-class _Owned:
-    bundle: NamespaceBundle
-    version: int  # of our ownership node, for compare-and-set
-    acquired_at_s: float
-    releasing: bool = False
-    splitting: bool = False
-
-
-Unloader = Callable[[NamespaceBundle], Awaitable[Any]]
 LoadSource = Callable[[], BrokerLoad]
-SplitCommit = Callable[[], Awaitable[list[int]]]
 
 
-class BundleOwnership(Ownership):
+class BundleOwnership(BundleClaims, Ownership):
     """Namespace-bundle ownership in the region's ZooKeeper (see the module docstring).
 
     Lifecycle: construct, wire ``set_unloader`` / ``set_load_source``, ``await start(urls...)`` (registers
@@ -118,7 +83,6 @@ class BundleOwnership(Ownership):
     """
 
     _ATTEMPTS_MAX = 8
-    _RELEASE_ATTEMPTS_MAX = 5
 
     def __init__(self, *, local_store: MetadataStore, configuration: ConfigurationStore, broker_id: str,
                  cluster: str, default_bundles: int = 4, load_report_interval_ms: int = 5000,
@@ -141,14 +105,14 @@ class BundleOwnership(Ownership):
         self._registry = BrokerRegistry(local_store)
         self._policies = None
         self._bundles: dict[tuple[str, str], NamespaceBundles] = {}
-        self._owned: dict[NamespaceBundle, _Owned] = {}
+        self._owned: dict[NamespaceBundle, OwnedBundle] = {}
         self._locks: dict[NamespaceBundle, asyncio.Lock] = {}
         self._registration: Optional[EphemeralRegistration] = None
         self._published: Optional[BrokerLoad] = None
         self._unloader: Optional[Unloader] = None
         self._load_source: Optional[LoadSource] = None
         self._tasks: set[asyncio.Task] = set()
-        self._state = _State.NEW
+        self._state = OwnershipState.NEW
         registry = registry if registry is not None else CollectorRegistry()
         self._m_owned = Gauge(names.OWNED_BUNDLES, "Namespace bundles this broker owns", registry=registry)
         self._m_owned.set_function(lambda: sum(1 for o in self._owned.values() if not o.releasing))
@@ -174,7 +138,7 @@ class BundleOwnership(Ownership):
 
     @property
     def started(self) -> bool:
-        return self._state is _State.STARTED
+        return self._state is OwnershipState.STARTED
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -182,9 +146,9 @@ class BundleOwnership(Ownership):
                     listeners: tuple[AdvertisedListener, ...] = ()) -> None:
         """Publishes ``/brokers/<broker_id>`` (with ``listeners``, this broker's advertised listeners) and
         starts serving lookups. Idempotent."""
-        if self._state is _State.STARTED:
+        if self._state is OwnershipState.STARTED:
             return
-        if self._state is not _State.NEW:
+        if self._state is not OwnershipState.NEW:
             raise OwnershipError("a closed BundleOwnership cannot be restarted")
         self.pulsar_url, self.http_url = pulsar_url, http_url
         self.pulsar_url_tls, self.http_url_tls = pulsar_url_tls, http_url_tls
@@ -195,18 +159,18 @@ class BundleOwnership(Ownership):
         load = self._measure()
         self._registration = await self._registry.register(self._registration_of(load))
         self._published = load
-        self._state = _State.STARTED
+        self._state = OwnershipState.STARTED
         self._spawn(self._report_loop(), "load-report")
         log.info("broker %s registered (%s, %s), instance %s", self.broker_id, pulsar_url, http_url, self.instance)
 
     async def close(self) -> None:
         """Deregisters, unloads and releases every owned bundle, stops background work. Idempotent."""
-        if self._state in (_State.CLOSING, _State.CLOSED):
+        if self._state in (OwnershipState.CLOSING, OwnershipState.CLOSED):
             return
-        if self._state is _State.NEW:
-            self._state = _State.CLOSED
+        if self._state is OwnershipState.NEW:
+            self._state = OwnershipState.CLOSED
             return
-        self._state = _State.CLOSING
+        self._state = OwnershipState.CLOSING
         if self._registration is not None:
             try:
                 await self._registration.close()  # nobody assigns us a bundle from now on
@@ -226,7 +190,7 @@ class BundleOwnership(Ownership):
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._policies is not None:
             self._policies.close()
-        self._state = _State.CLOSED
+        self._state = OwnershipState.CLOSED
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro, name=f"ownership:{name}")
@@ -251,9 +215,9 @@ class BundleOwnership(Ownership):
         cached = self._bundles.get(key)
         if cached is not None:
             return cached
-        if self._state is _State.CLOSED or self._policies is None:
+        if self._state is OwnershipState.CLOSED or self._policies is None:
             raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
-                " any more" if self._state is _State.CLOSED else " yet"))
+                " any more" if self._state is OwnershipState.CLOSED else " yet"))
         try:
             policies = await self._policies.get(tenant, namespace)
         except InvalidMetadataError as e:
@@ -302,10 +266,17 @@ class BundleOwnership(Ownership):
         """The bundles this broker serves right now (not those being released), sorted."""
         return sorted(b for b, o in self._owned.items() if not o.releasing)
 
+    def _on_policies(self, tenant: str, namespace: str, policies: Policies | None) -> None:
+        self._bundles.pop((tenant, namespace), None)
+        if policies is None:
+            doomed = [b for b in self._owned if b.tenant == tenant and b.namespace == namespace]
+            for bundle in doomed:
+                self._spawn(self._unload(bundle, reason="namespace_deleted"), f"unload:{bundle}")
+
     # ------------------------------------------------------------------------------------------ Ownership
 
     async def is_owned_by_me(self, topic: str) -> bool:
-        if self._state is not _State.STARTED:
+        if self._state is not OwnershipState.STARTED:
             return False
         try:
             bundle = await self.bundle_of(topic)
@@ -322,9 +293,9 @@ class BundleOwnership(Ownership):
             InvalidTopicNameError, NamespaceNotFoundError, ServiceUnitNotReadyError (retriable),
             UnknownListenerError.
         """
-        if self._state in (_State.NEW, _State.CLOSED):
+        if self._state in (OwnershipState.NEW, OwnershipState.CLOSED):
             raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
-                " any more" if self._state is _State.CLOSED else " yet"))
+                " any more" if self._state is OwnershipState.CLOSED else " yet"))
         try:
             result = await self._lookup(await self.bundle_of(topic), authoritative, listener_name)
         except OwnershipError:
@@ -336,9 +307,9 @@ class BundleOwnership(Ownership):
     async def lookup_bundle(self, bundle: NamespaceBundle, *, authoritative: bool = False,
                             listener_name: str = "") -> LookupResult:
         """Like :meth:`lookup`, for a bundle rather than a topic (admin calls on a bundle at its owner)."""
-        if self._state in (_State.NEW, _State.CLOSED):
+        if self._state in (OwnershipState.NEW, OwnershipState.CLOSED):
             raise ServiceUnitNotReadyError("the broker is not serving lookups" + (
-                " any more" if self._state is _State.CLOSED else " yet"))
+                " any more" if self._state is OwnershipState.CLOSED else " yet"))
         return await self._lookup(bundle, authoritative, listener_name)
 
     async def _lookup(self, bundle: NamespaceBundle, authoritative: bool, listener_name: str) -> LookupResult:
@@ -370,7 +341,7 @@ class BundleOwnership(Ownership):
                 return LookupResult(is_self=False, broker_service_url=url, broker_service_url_tls=url_tls,
                                     http_url=owner.http_url, authoritative=True, redirect=False)
             # Unowned: assign it.
-            if self._state is not _State.STARTED:
+            if self._state is not OwnershipState.STARTED:
                 target = await self._choose_broker(bundle, exclude_self=True)
             elif authoritative:
                 target = None
@@ -394,12 +365,6 @@ class BundleOwnership(Ownership):
         return LookupResult(is_self=True, broker_service_url=url, broker_service_url_tls=url_tls,
                             http_url=self.http_url, authoritative=True, redirect=False)
 
-    def _lock(self, bundle: NamespaceBundle) -> asyncio.Lock:
-        lock = self._locks.get(bundle)
-        if lock is None:
-            lock = self._locks[bundle] = asyncio.Lock()
-        return lock
-
     async def _choose_broker(self, bundle: NamespaceBundle, *, exclude_self: bool) -> BrokerRegistration | None:
         """The least-loaded live broker of this region; None means this broker."""
         try:
@@ -413,219 +378,12 @@ class BundleOwnership(Ownership):
             if broker_id == self.broker_id:
                 continue
             loads[broker_id] = reg.load
-        if not exclude_self and self._state is _State.STARTED:
+        if not exclude_self and self._state is OwnershipState.STARTED:
             loads[self.broker_id] = self._measure()
         if not loads:
             raise ServiceUnitNotReadyError(f"no live broker can serve bundle {bundle}; retry")
         chosen = choose_broker(loads, bundle, weights=self.weights)
         return None if chosen == self.broker_id else brokers[chosen]
-
-    async def _acquire(self, bundle: NamespaceBundle, *, verify: bool = True) -> bool:
-        async with self._lock(bundle):
-            if bundle in self._owned:
-                return not self._owned[bundle].releasing
-            if self._state is not _State.STARTED:
-                return False
-            owner = BundleOwner(broker_id=self.broker_id, native_url=self.pulsar_url, http_url=self.http_url,
-                                instance=self.instance, native_url_tls=self.pulsar_url_tls,
-                                http_url_tls=self.http_url_tls, advertised_listeners=self.listeners)
-            try:
-                won = await self._registry.try_acquire(bundle.tenant, bundle.namespace, bundle.name, owner)
-            except MetadataError as e:
-                raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot acquire: {e}") from None
-            if not won:
-                return False
-            if verify:
-                await self._verify_or_let_go(bundle)
-            self._owned[bundle] = _Owned(bundle, version=0, acquired_at_s=time.monotonic())
-        self._m_acquired.inc()
-        log.info("acquired bundle %s", bundle)
-        if self._state is not _State.STARTED:  # close() began while we were creating the node
-            await self._unload(bundle, reason="shutdown")
-            return False
-        await self.publish_load()
-        return True
-
-    async def _still_a_bundle(self, bundle: NamespaceBundle) -> bool:
-        """Whether ``bundle`` is one of its namespace's bundles in the configuration store right now (read
-        past the cache: a split elsewhere may not have reached our watch yet)."""
-        try:
-            policies = (await self._configuration.get_namespace_policies(bundle.tenant, bundle.namespace)).value
-            bounds = (parse_bundles_data(policies.bundles) if policies.bundles is not None
-                      else default_boundaries(self.default_bundles))
-        except NotFoundError:
-            return False
-        except (MetadataError, ValueError) as e:
-            raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot check the namespace's bundles: {e}") from None
-        return NamespaceBundles(bundle.tenant, bundle.namespace, bounds).get(bundle.name) is not None
-
-    async def _verify_or_let_go(self, bundle: NamespaceBundle) -> None:
-        """After winning ``bundle``'s node: keeps it only if the bundle still exists (see the module
-        docstring); otherwise deletes the node again and raises ServiceUnitNotReadyError."""
-        try:
-            if await self._still_a_bundle(bundle):
-                return
-            reason = f"bundle {bundle} was split; look up again"
-        except ServiceUnitNotReadyError as e:
-            reason = str(e)
-        self._bundles.pop((bundle.tenant, bundle.namespace), None)
-        try:
-            await self._registry.release(bundle.tenant, bundle.namespace, bundle.name, expected_version=0)
-        except MetadataError as e:
-            log.warning("bundle %s: could not delete the node just created: %s (it goes with our session)", bundle, e)
-        raise ServiceUnitNotReadyError(reason)
-
-    async def _drop_stale(self, bundle: NamespaceBundle, version: int, owner: BundleOwner) -> None:
-        """Deletes an ownership node left by an earlier incarnation of this broker (same id, another
-        instance: its session has not expired yet, but that process is gone)."""
-        log.info("bundle %s: removing the ownership node of our previous instance %s", bundle, owner.instance)
-        try:
-            await self._registry.release(bundle.tenant, bundle.namespace, bundle.name, expected_version=version)
-        except BadVersionError:
-            pass  # changed meanwhile: the caller reads it again
-        except MetadataError as e:
-            raise ServiceUnitNotReadyError(f"bundle {bundle}: cannot remove a stale owner: {e}") from None
-
-    # ------------------------------------------------------------------------------------------ unloading
-
-    async def unload(self, bundle: NamespaceBundle) -> bool:
-        """Unloads ``bundle`` if this broker owns it: its topics are closed (clients reconnect and look
-        up again) and the ownership is released. False if this broker did not own it."""
-        return await self._unload(bundle, reason="unload")
-
-    async def split(self, bundle: NamespaceBundle, point: int, *, commit: SplitCommit,
-                    unload: bool) -> tuple[NamespaceBundle, NamespaceBundle]:
-        """Splits ``bundle`` (owned here) at hash ``point`` (see the module docstring).
-
-        ``await commit()`` writes the new boundaries to the namespace's policies (compare-and-set) and
-        returns them; if it raises, the halves are let go and ``bundle`` stays as it was (unless the
-        boundaries did change, which is checked).
-
-        Raises:
-            ServiceUnitNotReadyError: ``bundle`` is not served here, is moving, or a half is owned.
-        """
-        owned = self._owned.get(bundle)
-        if owned is None or owned.releasing or owned.splitting or self._state is not _State.STARTED:
-            raise ServiceUnitNotReadyError(f"bundle {bundle} is not served by this broker right now; retry")
-        halves = (NamespaceBundle(bundle.tenant, bundle.namespace, bundle.lower, point),
-                  NamespaceBundle(bundle.tenant, bundle.namespace, point, bundle.upper))
-        owned.splitting = True
-        adopted: list[NamespaceBundle] = []
-        try:
-            for half in halves:
-                if not await self._acquire(half, verify=False):
-                    raise ServiceUnitNotReadyError(f"bundle {half} is owned elsewhere; cannot split {bundle}")
-                adopted.append(half)
-            boundaries = await commit()
-        except BaseException:
-            landed = False
-            if adopted:
-                try:
-                    landed = not await self._still_a_bundle(bundle)
-                except ServiceUnitNotReadyError:
-                    pass
-            if not landed:
-                owned.splitting = False
-                for half in adopted:  # no topic maps to a half yet: this only deletes its node
-                    await self._unload(half, reason="split_failed")
-                raise
-            boundaries = None
-            log.warning("bundle %s: the split's answer was lost but the new boundaries are stored", bundle)
-        key = (bundle.tenant, bundle.namespace)
-        if boundaries is not None:
-            self._bundles[key] = NamespaceBundles(bundle.tenant, bundle.namespace, boundaries)
-        else:
-            self._bundles.pop(key, None)
-        owned.releasing = True
-        try:
-            await self._release_node(owned)
-        finally:
-            if self._owned.get(bundle) is owned:
-                del self._owned[bundle]
-            self._locks.pop(bundle, None)
-        self._m_released.labels("split").inc()
-        log.info("split bundle %s into %s and %s%s", bundle, halves[0].name, halves[1].name,
-                 "; unloading both" if unload else "")
-        if unload:
-            if boundaries is None:
-                await self.namespace_bundles(*key)
-            await asyncio.gather(*(self._unload(half, reason="split") for half in halves))
-        else:
-            await self.publish_load()
-        return halves
-
-    async def _unload(self, bundle: NamespaceBundle, *, reason: str) -> bool:
-        owned = self._owned.get(bundle)
-        if owned is None or owned.releasing or owned.splitting:
-            return False
-        owned.releasing = True
-        b = bundle
-        try:
-            try:
-                current = await self._registry.get_owner(b.tenant, b.namespace, b.name)
-                if current is not None and current.value.instance == self.instance:
-                    owned.version = await self._registry.set_disabled(b.tenant, b.namespace, b.name, current.value,
-                                                                      expected_version=current.version)
-            except MetadataError as e:
-                log.warning("bundle %s: could not mark it disabled: %s", bundle, e)
-            if self._unloader is not None:
-                try:
-                    await self._unloader(bundle)
-                except Exception:
-                    log.exception("bundle %s: unloading its topics failed", bundle)
-            await self._release_node(owned)
-        finally:
-            if self._owned.get(bundle) is owned:
-                del self._owned[bundle]
-            self._locks.pop(bundle, None)
-        self._m_released.labels(reason).inc()
-        log.info("released bundle %s (%s)", bundle, reason)
-        if self._state is _State.STARTED:
-            await self.publish_load()
-        return True
-
-    async def _release_node(self, owned: _Owned) -> None:
-        b = owned.bundle
-        delay_s = 0.1
-        for attempt in range(1, self._RELEASE_ATTEMPTS_MAX + 1):
-            try:
-                await self._registry.release(b.tenant, b.namespace, b.name, expected_version=owned.version)
-                return
-            except BadVersionError:
-                log.warning("bundle %s: the ownership node changed under us; leaving it", b)
-                return
-            except MetadataError as e:
-                if not e.retriable or attempt == self._RELEASE_ATTEMPTS_MAX:
-                    log.warning("bundle %s: could not delete the ownership node: %s (it goes with our session)", b, e)
-                    return
-                await asyncio.sleep(delay_s)
-                delay_s *= 2
-
-    def _on_session(self, event: SessionEvent) -> None:
-        if event is not SessionEvent.LOST or not self._owned:
-            return
-        lost = [o.bundle for o in self._owned.values()]
-        self._owned.clear()  # synchronously: nothing is served as ours from this point on
-        self._m_released.labels("session_lost").inc(len(lost))
-        log.warning("ZooKeeper session lost: %d bundle(s) are no longer ours: %s", len(lost),
-                    ", ".join(str(b) for b in sorted(lost)))
-        self._spawn(self._unload_lost(lost), "unload-lost")
-
-    async def _unload_lost(self, bundles: list[NamespaceBundle]) -> None:
-        if self._unloader is not None:
-            for bundle in bundles:
-                try:
-                    await self._unloader(bundle)
-                except Exception:
-                    log.exception("bundle %s: unloading its topics after the session loss failed", bundle)
-        await self.publish_load()
-
-    def _on_policies(self, tenant: str, namespace: str, policies: Policies | None) -> None:
-        self._bundles.pop((tenant, namespace), None)
-        if policies is None:
-            doomed = [b for b in self._owned if b.tenant == tenant and b.namespace == namespace]
-            for bundle in doomed:
-                self._spawn(self._unload(bundle, reason="namespace_deleted"), f"unload:{bundle}")
 
     # ------------------------------------------------------------------------------------------ load
 
@@ -655,7 +413,7 @@ class BundleOwnership(Ownership):
 
     async def publish_load(self, *, force: bool = False) -> None:
         """Writes the load report to ``/brokers/<id>`` if it changed (or ``force``)."""
-        if self._registration is None or self._state is not _State.STARTED:
+        if self._registration is None or self._state is not OwnershipState.STARTED:
             return
         for key in {(b.tenant, b.namespace) for b in self._owned} - self._bundles.keys():
             try:  # topics are counted per bundle only where the boundaries are cached

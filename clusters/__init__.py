@@ -3,14 +3,14 @@
 Topology files are TOML (schema in ``clusters.topology``); ``standalone.toml`` here is one region with a
 ZooKeeper and three bookies. Process kinds (how to run a ZooKeeper, a bookie, ...) live in
 ``clusters.kinds``; the supervisor and the data-dir files it keeps in ``clusters.supervisor`` and
-``clusters.runtime``.
+``clusters.runtime``; the `up`, `down` and `status` commands in ``clusters.commands``.
 """
 
 import pathlib
 
 from .kinds import KINDS, Instance, Plan, ProcessKind, make_plan
 from .runtime import DataDir
-from .supervisor import down, status, up
+from .commands import down, status, up
 from .topology import Region, Topology, load, parse
 
 STANDALONE = pathlib.Path(__file__).with_name("standalone.toml")

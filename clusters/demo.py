@@ -70,7 +70,7 @@ class Check:
 def _ensure_deployment(data_dir: pathlib.Path, topology: pathlib.Path) -> int:
     """Reuses a complete deployment of ``topology`` in ``data_dir``, else stops what is left and starts it."""
     from clusters.runtime import DataDir, group_alive, is_alive
-    from clusters.supervisor import down, up
+    from clusters.commands import down, up
 
     ddir = DataDir(data_dir)
     state = ddir.read_state()

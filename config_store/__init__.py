@@ -14,6 +14,7 @@ Every error is a :class:`MetadataError`; kazoo's never escape.
 """
 
 from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
+from .ephemeral import EphemeralRegistration
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
 from .memory import MemoryMetadataStore, MemoryTree
@@ -22,7 +23,8 @@ from .models import (BacklogQuota, ClusterData, DelayedDeliveryPolicies, Dispatc
 from .region import BookieCache, RegionStore
 from .region_models import BookieRegistration, LedgerMetadata, LedgerState
 from .schemas import SchemaStore, StoredSchema
-from .store import EphemeralRegistration, KazooMetadataStore, MetadataStore, SessionEvent, StoreState, WatchHandle
+from .store import KazooMetadataStore, MetadataStore, SessionEvent, StoreState
+from .watches import WatchHandle
 
 __all__ = [
     "MetadataStore", "KazooMetadataStore", "MemoryMetadataStore", "MemoryTree", "Versioned", "SessionEvent",

@@ -27,9 +27,10 @@ import logging
 from dataclasses import dataclass
 
 from .configuration import check_name
+from .ephemeral import EphemeralRegistration
 from .errors import InvalidMetadataError, NodeExistsError, NotFoundError
 from .models import Versioned, _dumps, _field, _loads
-from .store import EphemeralRegistration, MetadataStore, join_path
+from .store import MetadataStore, join_path
 
 log = logging.getLogger("config_store")
 

@@ -31,7 +31,8 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 from .errors import (BadVersionError, InvalidMetadataError, MetadataUnavailableError, NodeExistsError,
                      NotEmptyError, NotFoundError)
 from .models import ClusterData, PartitionedTopicMetadata, Policies, TenantInfo, TopicPolicies, Versioned
-from .store import MetadataStore, WatchHandle
+from .store import MetadataStore
+from .watches import WatchHandle
 
 log = logging.getLogger("config_store")
 

@@ -51,7 +51,8 @@ from magnetar.topic_name import decode_local_name, encode_local_name
 from .errors import (BadVersionError, InvalidMetadataError, MetadataUnavailableError, NodeExistsError,
                      NotEmptyError, NotFoundError, SessionLostError)
 from .models import Versioned, _dumps, _field, _loads, _str_dict
-from .store import MetadataStore, WatchHandle, join_path
+from .store import MetadataStore, join_path
+from .watches import WatchHandle
 
 log = logging.getLogger("config_store")
 

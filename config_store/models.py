@@ -155,6 +155,9 @@ BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
 """Pulsar's ``BacklogQuotaType`` names: the size of a backlog, and the age of its oldest message."""
 BACKLOG_QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 """Pulsar's ``BacklogQuota.RetentionPolicy`` names: what a broker does to a topic over its quota."""
+AUTH_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+"""Pulsar's ``AuthAction`` names: what a role may be granted on a namespace or a topic (``magnetar.auth.
+authorization`` holds the same list; a test keeps them equal)."""
 SCHEMA_COMPATIBILITY_STRATEGIES = ("UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD",
                                    "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
 """Pulsar's ``SchemaCompatibilityStrategy`` names (UNDEFINED: the broker's default, FULL)."""
@@ -326,6 +329,12 @@ class Policies:
     """A namespace's policies (Pulsar ``Policies``; only the fields Magnetar uses so far — add more freely).
 
     ``None`` means "not set at namespace level" (the broker default applies), as in Pulsar.
+
+    Permissions are Pulsar's ``auth_policies``: ``auth_roles`` is its ``namespace_auth`` (role -> actions on
+    every topic of the namespace), ``destination_auth`` grants on single topics, keyed by the full topic name
+    (``persistent://t/ns/x``; a partitioned topic's name covers its partitions), ``subscription_auth_roles``
+    the roles allowed to consume on a subscription name (none listed: any role with ``consume``). Actions are
+    :data:`AUTH_ACTIONS`; an unknown one is corrupt metadata.
     """
 
     replication_clusters: list[str] = field(default_factory=list)
@@ -334,7 +343,9 @@ class Policies:
     retention_time_in_minutes: int = 0
     retention_size_in_mb: int = 0
     bundles: dict | None = None
-    auth_roles: dict[str, list[str]] = field(default_factory=dict)
+    auth_roles: dict[str, list[str]] = field(default_factory=dict)  # Pulsar namespace_auth: role -> actions
+    destination_auth: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # topic -> role -> actions
+    subscription_auth_roles: dict[str, list[str]] = field(default_factory=dict)  # subscription -> roles
     backlog_quota_map: dict[str, BacklogQuota] = field(default_factory=dict)
     schema_compatibility_strategy: str = "UNDEFINED"
     is_allow_auto_update_schema: bool | None = None
@@ -366,7 +377,12 @@ class Policies:
             "retention_policies": {"retentionTimeInMinutes": self.retention_time_in_minutes,
                                    "retentionSizeInMB": self.retention_size_in_mb},
             "bundles": self.bundles,
-            "auth_policies": {"namespace_auth": {r: list(a) for r, a in self.auth_roles.items()}},
+            "auth_policies": {
+                "namespace_auth": {r: list(a) for r, a in self.auth_roles.items()},
+                "destination_auth": {t: {r: list(a) for r, a in grants.items()}
+                                     for t, grants in self.destination_auth.items()},
+                "subscription_auth_roles": {s: list(r) for s, r in self.subscription_auth_roles.items()},
+            },
         })
 
     @classmethod
@@ -374,12 +390,20 @@ class Policies:
         k, o = "Policies", _loads("Policies", data)
         retention = _field(k, o, "retention_policies", dict, dict, nullable=True) or {}
         auth = _field(k, o, "auth_policies", dict, dict, nullable=True) or {}
-        namespace_auth = _field(k + ".auth_policies", auth, "namespace_auth", dict, dict, nullable=True) or {}
-        auth_roles: dict[str, list[str]] = {}
-        for role, actions in namespace_auth.items():
-            if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-                raise InvalidMetadataError(f"{k}: auth_policies.namespace_auth['{role}'] must be a list of strings")
-            auth_roles[role] = list(actions)
+        ka = k + ".auth_policies"
+        namespace_auth = _field(ka, auth, "namespace_auth", dict, dict, nullable=True) or {}
+        auth_roles = _grants(f"{ka}.namespace_auth", namespace_auth)
+        destination_auth: dict[str, dict[str, list[str]]] = {}
+        for topic, grants in (_field(ka, auth, "destination_auth", dict, dict, nullable=True) or {}).items():
+            if not isinstance(grants, dict):
+                raise InvalidMetadataError(f"{ka}.destination_auth['{topic}'] must map roles to actions, "
+                                           f"got {type(grants).__name__}")
+            destination_auth[topic] = _grants(f"{ka}.destination_auth['{topic}']", grants)
+        subscription_auth_roles: dict[str, list[str]] = {}
+        for sub, roles in (_field(ka, auth, "subscription_auth_roles", dict, dict, nullable=True) or {}).items():
+            if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+                raise InvalidMetadataError(f"{ka}.subscription_auth_roles['{sub}'] must be a list of strings")
+            subscription_auth_roles[sub] = list(roles)
         return cls(
             replication_clusters=_str_list(k, o, "replication_clusters"),
             deduplication_enabled=_field(k, o, "deduplicationEnabled", bool, None, nullable=True),
@@ -388,6 +412,8 @@ class Policies:
             retention_size_in_mb=_field(k + ".retention_policies", retention, "retentionSizeInMB", int, 0),
             bundles=_field(k, o, "bundles", dict, None, nullable=True),
             auth_roles=auth_roles,
+            destination_auth=destination_auth,
+            subscription_auth_roles=subscription_auth_roles,
             backlog_quota_map=_quota_map(k, o, "backlog_quota_map") or {},
             schema_compatibility_strategy=_schema_strategy(k, o),
             is_allow_auto_update_schema=_field(k, o, "is_allow_auto_update_schema", bool, None, nullable=True),
@@ -400,6 +426,20 @@ class Policies:
             inactive_topic_policies=_optional_object(k, o, "inactive_topic_policies", InactiveTopicPolicies.from_dict),
             compaction_threshold=_field(k, o, "compaction_threshold", int, None, nullable=True),
         )
+
+
+def _grants(kind: str, obj: dict[str, Any]) -> dict[str, list[str]]:
+    """A map of role to actions (Pulsar ``Map<String, Set<AuthAction>>``); every action one of AUTH_ACTIONS."""
+    out: dict[str, list[str]] = {}
+    for role, actions in obj.items():
+        if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+            raise InvalidMetadataError(f"{kind}['{role}'] must be a list of strings")
+        unknown = [a for a in actions if a not in AUTH_ACTIONS]
+        if unknown:
+            raise InvalidMetadataError(f"{kind}['{role}']: unknown action(s) {', '.join(map(repr, unknown))} "
+                                       f"(expected {', '.join(AUTH_ACTIONS)})")
+        out[role] = list(actions)
+    return out
 
 
 def _schema_strategy(kind: str, obj: dict[str, Any]) -> str:

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .configuration import check_name
+from .ephemeral import EphemeralRegistration
 from .errors import InvalidMetadataError, MetadataError, MetadataUnavailableError, NodeExistsError, NotFoundError
 from .models import Versioned
 from .region_models import BookieRegistration, LedgerMetadata
-from .store import EphemeralRegistration, MetadataStore, WatchHandle, join_path
+from .store import MetadataStore, join_path
+from .watches import WatchHandle
 
 log = logging.getLogger("config_store")
 

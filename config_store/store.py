@@ -1,5 +1,6 @@
 """The metadata store: one small async interface over ZooKeeper (its kazoo implementation is in
-``kazoo_store.py``, re-exported here; the in-memory one in ``memory.py``).
+``kazoo_store.py``, re-exported here; the in-memory one in ``memory.py``; watches in ``watches.py`` and
+ephemeral registrations in ``ephemeral.py``).
 
 Theory of operation
 -------------------
@@ -12,18 +13,15 @@ the event loop on ZooKeeper: requests go out through kazoo's ``*_async`` methods
 handed back to the loop with ``loop.call_soon_threadsafe``; kazoo's state listener and one-shot watchers are
 bridged the same way. Every callback a user registers runs on the event loop.
 
-Watches. ZooKeeper watches are one-shot and kazoo drops them all when the connection is lost. A
-:class:`WatchHandle` is therefore a small task: whenever it is marked dirty (by a ZooKeeper watch event, a
-reconnect or a new session) it re-reads the node *and re-arms the watch in the same request*, then calls the
-callback if the state changed (by ``mzxid`` for data, by the child list for children). A read that fails
-for lack of a connection waits for the next connection and tries again, so a watch survives reconnects and
-session loss; a change is never missed, though intermediate states may be coalesced.
+Watches. ZooKeeper watches are one-shot and kazoo drops them all when the connection is lost; a
+:class:`~config_store.watches.WatchHandle` re-reads and re-arms after every event, reconnect and new session,
+so a change is never missed (see :mod:`config_store.watches`).
 
 Sessions. kazoo's CONNECTED/SUSPENDED/LOST become :class:`SessionEvent`: CONNECTED when a *new* session is
 established (the first, or after a loss), RECONNECTED when the same session resumes, SUSPENDED on a
 dropped connection, LOST when the session expired. A LOST increments ``session_lost_count`` and is logged at
 WARNING. After every (re)connection the store re-creates its ephemeral registrations (see
-:class:`EphemeralRegistration`).
+:class:`~config_store.ephemeral.EphemeralRegistration`).
 
 Retries. Reads retry on connection loss under a ``KazooRetry`` policy (delay, backoff, jitter, deadline).
 Writes are sent once: a lost connection makes their outcome unknown, and a blind retry could apply a
@@ -36,14 +34,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
-import inspect
 import logging
 import random
 from typing import Any, Callable, NamedTuple
 
-from .errors import (BadVersionError, InvalidMetadataError, MetadataError, NodeExistsError, NotEmptyError,
-                     NotFoundError, StoreClosedError)
+from .errors import (InvalidMetadataError, MetadataError, NodeExistsError, NotEmptyError, NotFoundError,
+                     StoreClosedError)
 from .models import Versioned
+from .watches import WatchHandle
 
 log = logging.getLogger("config_store")
 
@@ -93,191 +91,11 @@ def join_path(parent: str, child: str) -> str:
     return f"{parent.rstrip('/')}/{child}"
 
 
-def _check_data(path: str, data: bytes) -> bytes:
+def check_data(path: str, data: bytes) -> bytes:
+    """``data`` as bytes; InvalidMetadataError unless it is bytes or a bytearray."""
     if not isinstance(data, (bytes, bytearray)):
         raise InvalidMetadataError(f"{path}: data must be bytes, got {type(data).__name__}")
     return bytes(data)
-
-
-class WatchHandle:
-    """A live watch on one path; :meth:`cancel` stops it. Created by ``watch_data`` / ``watch_children``.
-
-    The callback runs on the event loop, once with the current state as soon as it has been read and again
-    after every change. If it returns an awaitable, the watch awaits it before the next delivery.
-    """
-
-    def __init__(self, store: "MetadataStore", path: str, kind: str, callback: Callable[[Any], Any]) -> None:
-        self.path = path
-        self.kind = kind
-        self._store = store
-        self._callback = callback
-        self._dirty = asyncio.Event()
-        self._dirty.set()
-        self._cancelled = False
-        self._task: asyncio.Task | None = None
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self) -> None:
-        """Stops deliveries; idempotent. The task is cancelled now and awaited by the store's close()."""
-        if not self._cancelled:
-            self._cancelled = True
-            self._store._watches.discard(self)
-            if self._task is not None:
-                self._task.cancel()
-
-    def _fire(self, *_event: Any) -> None:
-        """Marks the watch dirty; safe from any thread (kazoo calls it from its watcher thread)."""
-        self._store._post(self._mark_dirty)
-
-    def _mark_dirty(self) -> None:
-        if not self._cancelled:
-            self._dirty.set()
-
-    async def _run(self) -> None:
-        last_token: Any = object()
-        failures = 0
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            try:
-                value, token = await self._store._read_watch(self.kind, self.path, self._fire)
-            except StoreClosedError:
-                return
-            except MetadataError as e:
-                failures += 1
-                self._dirty.set()
-                if failures in (1, 10) or failures % 100 == 0:
-                    log.warning("[%s] watch on %s: read failed (%s); retrying", self._store.name, self.path, e)
-                if e.retriable:
-                    await self._store._connected.wait()
-                if failures > 1:
-                    await asyncio.sleep(min(0.05 * 2 ** min(failures, 6), 2.0) * random.uniform(0.8, 1.2))
-                continue
-            failures = 0
-            if token == last_token:
-                continue
-            last_token = token
-            try:
-                result = self._callback(value)
-                if inspect.isawaitable(result):
-                    await result
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("[%s] %s watch callback on %s failed", self._store.name, self.kind, self.path)
-
-
-class EphemeralRegistration:
-    """An ephemeral node the store keeps alive across sessions.
-
-    Guarantees: while the registration is open and the store connected, the node exists at ``path`` with
-    the latest ``data`` and is owned by the store's current session. After a session loss it is re-created
-    as soon as a new session is established. If the path is held by another session at re-creation: a node
-    with *our* content (a leftover of our previous session, or of a restarted twin) is deleted and
-    re-created; a node with different content is waited on (until it vanishes, up to the store's
-    ``ephemeral_conflict_timeout_s`` per attempt, logged at WARNING) and never overwritten.
-    """
-
-    _ATTEMPTS_MAX = 20
-
-    def __init__(self, store: "MetadataStore", path: str, data: bytes) -> None:
-        self.path = path
-        self._store = store
-        self._data = data
-        self._closed = False
-
-    @property
-    def data(self) -> bytes:
-        return self._data
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    async def update(self, data: bytes) -> None:
-        """Publishes new content. If the node is not ours right now (session being re-established), the new
-        content is what the re-creation will publish."""
-        if self._closed:
-            raise StoreClosedError(f"{self.path}: registration is closed")
-        self._data = _check_data(self.path, data)
-        store = self._store
-        for _ in range(self._ATTEMPTS_MAX):
-            cur = await store._get(self.path)
-            if cur is None or cur.owner != store._session_id():
-                store._resync.set()
-                return
-            try:
-                await store._set(self.path, self._data, cur.versioned.version)
-                return
-            except (BadVersionError, NotFoundError):
-                continue
-        raise BadVersionError(f"{self.path}: concurrent writers keep changing the registration")
-
-    async def close(self) -> None:
-        """Deletes the node (if our session owns it) and stops re-creating it. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        store = self._store
-        if store._registrations.get(self.path) is self:
-            del store._registrations[self.path]
-        if store._state is not StoreState.STARTED:
-            return  # the session's end removes the node
-        cur = await store._get(self.path)
-        if cur is not None and cur.owner == store._session_id():
-            try:
-                await store._delete_one(self.path, cur.versioned.version)
-            except (NotFoundError, BadVersionError):
-                pass
-
-    async def _ensure(self, conflict_timeout_s: float) -> None:
-        """Makes the node exist, owned by the current session, with our data (see class docstring)."""
-        store = self._store
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + conflict_timeout_s
-        for _ in range(self._ATTEMPTS_MAX):
-            if self._closed:
-                return
-            data = self._data
-            try:
-                await store._create(self.path, data, ephemeral=True, sequential=False, make_parents=True)
-            except NodeExistsError:
-                pass
-            else:
-                if self._closed:  # close() ran while we were creating: do not leave the node behind
-                    try:
-                        await store._delete_one(self.path, 0)
-                    except (NotFoundError, BadVersionError):
-                        pass
-                return
-            cur = await store._get(self.path)
-            if cur is None:
-                continue
-            if cur.owner != 0 and cur.owner == store._session_id():
-                if cur.versioned.value != self._data:
-                    try:
-                        await store._set(self.path, self._data, cur.versioned.version)
-                    except (BadVersionError, NotFoundError):
-                        continue
-                return
-            if cur.versioned.value == data:
-                log.info("[%s] %s: replacing a node with our content left by session 0x%x",
-                         store.name, self.path, cur.owner)
-                try:
-                    await store._delete_one(self.path, cur.versioned.version)
-                except (NotFoundError, BadVersionError):
-                    pass
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            log.warning("[%s] %s is held by session 0x%x with other content; waiting up to %.1fs for it to go",
-                        store.name, self.path, cur.owner, remaining)
-            await store._wait_gone(self.path, remaining)
-        raise NodeExistsError(f"{self.path}: held by another session with different content; not overwritten")
 
 
 class MetadataStore(abc.ABC):
@@ -421,7 +239,7 @@ class MetadataStore(abc.ABC):
         """
         validate_path(path)
         self._check_open()
-        return await self._create(path, _check_data(path, data), ephemeral=ephemeral, sequential=sequential,
+        return await self._create(path, check_data(path, data), ephemeral=ephemeral, sequential=sequential,
                                   make_parents=make_parents)
 
     async def set(self, path: str, data: bytes, *, expected_version: int) -> int:
@@ -429,7 +247,7 @@ class MetadataStore(abc.ABC):
         new version. Raises BadVersionError on a lost race, NotFoundError if the node is missing."""
         validate_path(path)
         self._check_open()
-        return await self._set(path, _check_data(path, data), expected_version)
+        return await self._set(path, check_data(path, data), expected_version)
 
     async def delete(self, path: str, *, expected_version: int = -1, recursive: bool = False) -> None:
         """Deletes a node (and with ``recursive`` its subtree, not atomically; ``expected_version`` applies
@@ -555,7 +373,7 @@ class MetadataStore(abc.ABC):
         self._check_open()
         if path in self._registrations:
             raise NodeExistsError(f"{path}: already registered by this store")
-        reg = EphemeralRegistration(self, path, _check_data(path, data))
+        reg = EphemeralRegistration(self, path, check_data(path, data))
         self._registrations[path] = reg
         try:
             await reg._ensure(self.ephemeral_conflict_timeout_s)
@@ -630,8 +448,10 @@ class MetadataStore(abc.ABC):
         also when it does not exist yet. Returns ``(value, change_token)``."""
 
 
-# The kazoo implementation lives in its own module to keep each focused; it is part of this module's face.
-from .kazoo_store import KazooMetadataStore  # noqa: E402  (needs the names above)
+# The ephemeral registrations and the kazoo implementation live in their own modules to keep each focused;
+# both need the names above. The kazoo implementation is part of this module's face.
+from .ephemeral import EphemeralRegistration  # noqa: E402
+from .kazoo_store import KazooMetadataStore  # noqa: E402
 
-__all__ = ["DataCallback", "ChildrenCallback", "EphemeralRegistration", "KazooMetadataStore", "MetadataStore",
-           "NodeRead", "SessionEvent", "StoreState", "WatchHandle", "join_path", "validate_path"]
+__all__ = ["DataCallback", "ChildrenCallback", "KazooMetadataStore", "MetadataStore", "NodeRead", "SessionEvent",
+           "StoreState", "check_data", "join_path", "validate_path"]

@@ -19,6 +19,7 @@ import typer
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
 from magnetar.admin_namespace_policies_cli import add_namespace_policy_commands
+from magnetar.admin_permissions_cli import add_namespace_permission_commands, add_topic_permission_commands
 from magnetar.admin_rate_limits_cli import add_rate_limit_commands, add_topic_rate_limit_commands
 from magnetar.admin_schemas_cli import schemas_app
 from magnetar.admin_topic_policies_cli import add_topic_policy_commands
@@ -37,6 +38,8 @@ add_rate_limit_commands(namespaces_app)
 add_topic_rate_limit_commands(topics_app)
 add_namespace_policy_commands(namespaces_app)
 add_topic_policy_commands(topics_app)
+add_namespace_permission_commands(namespaces_app)
+add_topic_permission_commands(topics_app)
 
 
 # ---------------------------------------------------------------------------------------------- clusters

@@ -87,7 +87,7 @@ def up(
     detach: bool = typer.Option(False, "--detach", help="Return once everything is healthy; leave it running."),
 ) -> None:
     """Start every process a topology names, wait until healthy, write DATA_DIR/topology.json."""
-    from clusters.supervisor import up as do_up
+    from clusters.commands import up as do_up
 
     try:
         raise typer.Exit(code=do_up(topology, data_dir, detach=detach))
@@ -98,7 +98,7 @@ def up(
 @app.command()
 def down(data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
     """Stop every process of the deployment in DATA_DIR (process groups; nothing left listening)."""
-    from clusters.supervisor import down as do_down
+    from clusters.commands import down as do_down
 
     try:
         raise typer.Exit(code=do_down(data_dir))
@@ -112,7 +112,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show every process of the deployment in DATA_DIR: alive, dead (with exit code), endpoints."""
-    from clusters.supervisor import status as do_status
+    from clusters.commands import status as do_status
 
     try:
         raise typer.Exit(code=do_status(data_dir, as_json=as_json))
@@ -136,6 +136,8 @@ def demo(
 
 
 from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registration)
+from magnetar.auth.certs_cli import certs_app  # noqa: E402
+from magnetar.auth.tokens_cli import tokens_app  # noqa: E402
 from magnetar.client_cli import consume, produce  # noqa: E402
 from magnetar.perf import perf_app  # noqa: E402
 
@@ -143,6 +145,8 @@ app.add_typer(admin_app, name="admin")
 app.command()(produce)
 app.command()(consume)
 app.add_typer(perf_app, name="perf")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(certs_app, name="certs")
 
 
 def main() -> None:

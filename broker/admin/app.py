@@ -13,13 +13,13 @@ from .. import metrics_names as names
 from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topics
 from . import load_balancing
 from . import rate_limits, schemas
-from . import compaction_threshold, delayed_delivery, inactive_topics
+from . import compaction_threshold, delayed_delivery, inactive_topics, permissions
 from .context import AdminContext
 from .errors import error_middleware, metrics_middleware
 from .keys import CONTEXT
 
 _MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info, load_balancing, schemas, rate_limits,
-            delayed_delivery, inactive_topics, compaction_threshold)
+            delayed_delivery, inactive_topics, compaction_threshold, permissions)
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from broker.managed_ledger.errors import ManagedLedgerReadError
 from broker.service import BrokerService, ServiceConfig
 from broker.service.errors import ConsumerAssignError, ConsumerBusyError
 from broker.ownership_api import SelfOwnership
@@ -289,3 +290,51 @@ async def test_receipts_stay_in_order_when_a_duplicate_is_answered_at_once(servi
     assert [r.sequence_id for r in receipts] == [0, 1, 2, 1, 2]
     assert receipts[3].message_id == receipts[1].message_id and receipts[4].message_id == receipts[2].message_id
     assert topic.ml.number_of_entries == 3
+
+
+async def test_key_shared_replay_is_not_blocked_by_entries_nobody_can_take(service):
+    """Entries whose hash no STICKY range covers wait at the head of the replay set; redelivered entries
+    behind them whose consumer has permits must still go out (a replay round used to read only the first
+    entries of the set, found none it could send, and waited for an event that changed nothing)."""
+    topic = await service.get_topic(TOPIC)
+    conn = FakeConnection(service)
+    meta = pb.KeySharedMeta(keySharedMode=pb.STICKY, hashRanges=[pb.IntRange(start=0, end=32767)])
+    c = await subscribe(topic, conn, 1, sub_type=SubType.Key_Shared, meta=meta, permits=2)
+    covered, uncovered = "k0", ["k3", "k5", "k7", "k9", "k17"]
+    assert key_hash(covered.encode()) <= 32767 < min(key_hash(k.encode()) for k in uncovered)
+    await publish(topic, *[entry(i, key=k) for i, k in enumerate(uncovered)])
+    await publish(topic, *[entry(10 + i, key=covered) for i in range(2)])
+    await wait_for_async(lambda: len(conn.messages()) == 2, 5, what="k0 delivered")
+    sub = topic.subscriptions["s"]
+    sub.redeliver(c, None)
+    assert len(sub.dispatcher.replay) == len(uncovered) + 2
+    flow(c, 2)
+    await wait_for_async(lambda: len(conn.messages()) == 4, 5, what="k0 redelivered after a FLOW")
+    assert [f.metadata.sequence_id for f in conn.messages()] == [10, 11, 10, 11]
+
+
+@pytest.mark.parametrize("sub_type", [SubType.Shared, SubType.Key_Shared], ids=["Shared", "Key_Shared"])
+async def test_replay_read_failure_keeps_the_positions_for_later(service, sub_type):
+    """A replay read the bookies fail (retriable) must not lose the positions it took from the replay set."""
+    topic = await service.get_topic(TOPIC)
+    conn = FakeConnection(service)
+    c = await subscribe(topic, conn, 1, sub_type=sub_type, permits=2)
+    await publish(topic, entry(0, key="a"), entry(1, key="b"))
+    await wait_for_async(lambda: len(conn.messages()) == 2, 5, what="first delivery")
+    sub = topic.subscriptions["s"]
+    read_entry = topic.ml.read_entry
+    failures = []
+
+    async def failing_once(position):
+        if not failures:
+            failures.append(position)
+            error = ManagedLedgerReadError("injected: bookies unavailable")
+            error.retriable = True
+            raise error
+        return await read_entry(position)
+
+    topic.ml.read_entry = failing_once
+    sub.redeliver(c, None)
+    flow(c, 2)
+    await wait_for_async(lambda: len(conn.messages()) == 4, 5, what="redelivery after the failed read")
+    assert failures and [f.metadata.sequence_id for f in conn.messages()[2:]] == [0, 1]

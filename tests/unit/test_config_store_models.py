@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from config_store import (BookieRegistration, ClusterData, InvalidMetadataError, LedgerMetadata, LedgerState,
                           MetadataError, PartitionedTopicMetadata, Policies, TenantInfo)
+from config_store.models import AUTH_ACTIONS
 
 text = st.text(max_size=20)
 names = st.lists(st.text(min_size=1, max_size=10), max_size=5)
@@ -28,7 +29,10 @@ policies = st.builds(
     retention_time_in_minutes=ints,
     retention_size_in_mb=ints,
     bundles=bundles,
-    auth_roles=st.dictionaries(st.text(max_size=8), names, max_size=4),
+    auth_roles=st.dictionaries(st.text(max_size=8), st.lists(st.sampled_from(AUTH_ACTIONS), max_size=6), max_size=4),
+    destination_auth=st.dictionaries(st.text(max_size=30), st.dictionaries(
+        st.text(max_size=8), st.lists(st.sampled_from(AUTH_ACTIONS), max_size=6), max_size=3), max_size=3),
+    subscription_auth_roles=st.dictionaries(st.text(max_size=8), names, max_size=3),
 )
 bookie_regs = st.builds(BookieRegistration, st.text(min_size=1, max_size=12), text, text, text)
 
@@ -93,7 +97,13 @@ def test_pulsar_field_names() -> None:
     assert p["replication_clusters"] == ["a", "b"] and p["deduplicationEnabled"] is True
     assert p["message_ttl_in_seconds"] == 60
     assert p["retention_policies"] == {"retentionTimeInMinutes": 10, "retentionSizeInMB": 100}
-    assert p["auth_policies"] == {"namespace_auth": {"app": ["produce", "consume"]}}
+    assert p["auth_policies"] == {"namespace_auth": {"app": ["produce", "consume"]}, "destination_auth": {},
+                                  "subscription_auth_roles": {}}
+    p = json.loads(Policies(destination_auth={"persistent://t/ns/x": {"app": ["consume"]}},
+                            subscription_auth_roles={"audit": ["app", "ops"]}).to_json())
+    assert p["auth_policies"] == {"namespace_auth": {},
+                                  "destination_auth": {"persistent://t/ns/x": {"app": ["consume"]}},
+                                  "subscription_auth_roles": {"audit": ["app", "ops"]}}
 
 
 def test_unknown_fields_are_ignored_and_defaults_apply() -> None:
@@ -102,7 +112,8 @@ def test_unknown_fields_are_ignored_and_defaults_apply() -> None:
     pulsar_like = {"version": 1, "auth_policies": {"namespace_auth": {}, "destination_auth": {"t": {}}},
                    "replication_clusters": ["a"], "bundles": {"numBundles": 4, "boundaries": ["0x0", "0xffffffff"]}}
     assert Policies.from_json(json.dumps(pulsar_like).encode()) == Policies(
-        replication_clusters=["a"], bundles={"numBundles": 4, "boundaries": ["0x0", "0xffffffff"]})
+        replication_clusters=["a"], bundles={"numBundles": 4, "boundaries": ["0x0", "0xffffffff"]},
+        destination_auth={"t": {}})
 
 
 @pytest.mark.parametrize("cls,payload,complaint", [
@@ -118,6 +129,14 @@ def test_unknown_fields_are_ignored_and_defaults_apply() -> None:
     (Policies, b'{"version": 1, "deduplicationEnabled": 1}', "must be bool"),
     (Policies, b'{"version": 1, "retention_policies": {"retentionSizeInMB": "big"}}', "retentionSizeInMB"),
     (Policies, b'{"version": 1, "auth_policies": {"namespace_auth": {"r": "produce"}}}', "namespace_auth"),
+    (Policies, b'{"version": 1, "auth_policies": {"namespace_auth": {"r": ["write"]}}}', "unknown action"),
+    (Policies, b'{"version": 1, "auth_policies": {"namespace_auth": []}}', "'namespace_auth' must be dict"),
+    (Policies, b'{"version": 1, "auth_policies": {"destination_auth": {"t": ["produce"]}}}', "destination_auth"),
+    (Policies, b'{"version": 1, "auth_policies": {"destination_auth": {"t": {"r": [1]}}}}', "list of strings"),
+    (Policies, b'{"version": 1, "auth_policies": {"destination_auth": {"t": {"r": ["own"]}}}}', "unknown action"),
+    (Policies, b'{"version": 1, "auth_policies": {"subscription_auth_roles": {"s": "r"}}}', "subscription_auth"),
+    (Policies, b'{"version": 1, "auth_policies": {"subscription_auth_roles": {"s": [null]}}}', "list of strings"),
+    (Policies, b'{"version": 1, "auth_policies": []}', "'auth_policies' must be dict"),
     (PartitionedTopicMetadata, b'{"version": 1, "partitions": 0}', "positive"),
     (PartitionedTopicMetadata, b'{"version": 1}', "missing field 'partitions'"),
     (BookieRegistration, b'{"version": 1, "address": "h:1"}', "missing field 'bookieId'"),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..policies.stats import BacklogQuotaStats, DispatchThrottleStats
 
@@ -39,6 +39,16 @@ def _values(stats: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- producers
+
+
+def with_key_hash_ranges(consumers: Sequence[Any], stats: Sequence["ConsumerStats"], key_shared: Any
+                         ) -> list["ConsumerStats"]:
+    """The consumers' stats with Pulsar's ``keyHashRanges`` (``"[start, end]"`` strings) of a Key_Shared
+    dispatcher (anything with ``hash_ranges(consumer)``); unchanged when ``key_shared`` is None."""
+    if key_shared is None:
+        return list(stats)
+    return [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
+            for c, s in zip(consumers, stats)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

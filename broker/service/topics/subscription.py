@@ -1,19 +1,7 @@
 """A subscription: a cursor, its consumers, their dispatcher, and acknowledgements.
 
-Acknowledgements are applied in two steps. The ACK handler updates what is visible at once (consumers'
-pending acks, redelivery counts, batch-index ack sets, and the sets of *queued* acknowledgements that
-the dispatch filter consults through :meth:`is_acked`), then queues the cursor operation. One task per
-subscription (the *ack worker*) applies queued operations to the cursor strictly in arrival order,
-coalescing runs of the same kind: a slow cursor persist never stalls a connection's read loop, and an
-acknowledged entry is never redelivered just because its cursor update has not landed yet.
-
-Batch-index acknowledgements (``batch_index_ack_enabled``) carry a bit set of the batch members still
-unacknowledged; the subscription ANDs them per entry (``batch_acks``), sends the result with any
-redelivery of the entry, and deletes the entry once no bit is left. Each partial acknowledgement is also
-queued for the cursor (``delete_batch_indexes``), which persists the sets with its state; a subscription
-recovered from its cursor (topic reload, failover) starts from them, so a redelivery after a reload still
-skips the members already acknowledged (up to the cursor's persisted cap, and what was persisted before a
-crash).
+Acknowledgements (``acknowledgements.py``): applied at once where visible, then by one worker per
+subscription to the cursor, in arrival order.
 
 Seek (``reset``) and unsubscribe (``delete``) run under ``_op_lock``, like ``add_consumer``: a consumer
 reconnecting after a seek waits for the reset to finish instead of reading from the old position.
@@ -35,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
@@ -44,15 +31,15 @@ from broker.managed_ledger.api import ManagedCursor, Position
 from magnetar.protocol.metadata import MessageMetadata
 from magnetar.protocol.errors import ProtocolError
 
+from .acknowledgements import SubscriptionAcks
 from .consumer import Consumer
-from .model import AckedId, KeySharedMode, SubType
+from .model import KeySharedMode, SubType
 from .dispatch.base import Dispatcher
 from .dispatch.key_shared import KeySharedDispatcher
 from .dispatch.shared import SharedDispatcher
 from .dispatch.single import SingleActiveConsumerDispatcher
-from .entries import ack_set_to_int
-from .stats import SubscriptionStats
-from ..errors import ConsumerBusyError, NotAllowedError, ServiceNotReadyError, SubscriptionNotFoundError
+from .stats import SubscriptionStats, with_key_hash_ranges
+from ..errors import ConsumerBusyError, ServiceNotReadyError, SubscriptionNotFoundError
 from ..stats import RateMeter
 from ..tasks import shielded
 
@@ -85,7 +72,7 @@ class ReplicatedSubscriptionsHook(Protocol):
     def subscription_advanced(self, subscription_name: str, clusters: dict[str, Position]) -> None: ...
 
 
-class Subscription:
+class Subscription(SubscriptionAcks):
     """See the module docstring."""
 
     def __init__(self, topic: "Topic", name: str, cursor: ManagedCursor, *, durable: bool,
@@ -194,210 +181,6 @@ class Subscription:
         for c in self.consumers:
             self.remove_consumer(c)
             c.notify_closed()
-
-    # --------------------------------------------------------------------------------- acknowledgements
-
-    def is_acked(self, position: Position) -> bool:
-        if position in self._queued_acks:
-            return True
-        md = self._queued_md
-        if md is not None and position <= md:
-            return True
-        return self.cursor.is_deleted(position)
-
-    def acknowledge(self, consumer: Consumer, ids: Sequence[AckedId], *, cumulative: bool = False
-                    ) -> Optional[asyncio.Future]:
-        """Applies an ACK's visible effects and queues its cursor operation; the returned future resolves
-        once the cursor has it (None when nothing was queued).
-
-        Raises:
-            NotAllowedError: a cumulative ack on a Shared or Key_Shared subscription.
-        """
-        if cumulative:
-            if consumer.individual_ack_mode:
-                raise NotAllowedError(f"cumulative ack is not supported on {SubType(consumer.sub_type).name} "
-                                      f"subscription {self.name!r}")
-            if len(ids) != 1:
-                raise NotAllowedError("a cumulative ack carries exactly one message id")
-            return self._ack_cumulative(consumer, ids[0])
-        return self._ack_individual(consumer, ids)
-
-    def _ack_individual(self, consumer: Consumer, ids: Sequence[AckedId]) -> Optional[asyncio.Future]:
-        full: list[Position] = []
-        partial: dict[Position, int] = {}
-        for pos, ack_set in ids:
-            if pos.ledger_id < 0 or pos.entry_id < 0 or self.is_acked(pos):
-                continue
-            if ack_set:
-                incoming = ack_set_to_int(ack_set)
-                current = self.batch_acks.get(pos)
-                remaining = incoming if current is None else current & incoming
-                if remaining:
-                    if remaining != current:
-                        partial[pos] = remaining
-                    self.batch_acks[pos] = remaining
-                    owner = self._pending_owner(consumer, pos)
-                    if owner is not None:
-                        count = owner.pending_acks[pos]
-                        left = bin(remaining).count("1")
-                        if count > left and owner.acked(pos, count - left):
-                            self._wake_dispatcher()
-                    continue
-            full.append(pos)
-        partial_fut = self._queue_op("batch", partial) if partial else None
-        if not full:
-            return partial_fut
-        for pos in full:
-            self.batch_acks.pop(pos, None)
-            self.redelivery_counts.pop(pos, None)
-            owner = self._pending_owner(consumer, pos)
-            if owner is not None:
-                if owner.acked(pos):
-                    self._wake_dispatcher()
-        consumer.msg_ack.record(len(full))
-        self._queued_acks.update(full)
-        if self.dispatcher is not None:
-            self.dispatcher.on_acked(full)
-        return self._queue_op("delete", full)
-
-    def _pending_owner(self, consumer: Consumer, pos: Position) -> Optional[Consumer]:
-        if pos in consumer.pending_acks:
-            return consumer
-        for other in self.consumers:  # acked through another consumer (e.g. after a reconnection)
-            if pos in other.pending_acks:
-                return other
-        return None
-
-    def _ack_cumulative(self, consumer: Consumer, acked: AckedId) -> Optional[asyncio.Future]:
-        pos, ack_set = acked
-        if pos.ledger_id < 0:
-            return None
-        target = pos
-        partial: Optional[dict[Position, int]] = None
-        if ack_set:
-            incoming = ack_set_to_int(ack_set)
-            current = self.batch_acks.get(pos)
-            remaining = incoming if current is None else current & incoming
-            if remaining:
-                self.batch_acks[pos] = remaining
-                target = Position(pos.ledger_id, pos.entry_id - 1)
-                if remaining != current and not self.is_acked(pos):
-                    partial = {pos: remaining}
-        current_md = self._queued_md or self.cursor.mark_delete_position
-        if target <= current_md:
-            return self._queue_op("batch", partial) if partial else None
-        self._queued_md = target
-        for p in [p for p in self.redelivery_counts if p <= target]:
-            del self.redelivery_counts[p]
-        for p in [p for p in self.batch_acks if p <= target]:
-            del self.batch_acks[p]
-        for c in self.consumers:
-            if c.acked_up_to(target):
-                self._wake_dispatcher()
-        consumer.msg_ack.record(1)
-        fut = self._queue_op("mark_delete", target)
-        return self._queue_op("batch", partial) if partial else fut
-
-    def ack_marker(self, position: Position) -> None:
-        """Internal markers are acknowledged as soon as a dispatcher meets them."""
-        self._queued_acks.add(position)
-        self._queue_op("delete", [position])
-
-    def _queue_op(self, kind: str, arg) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        self._ack_ops.append((kind, arg, fut))
-        self._ack_idle.clear()
-        self._ack_event.set()
-        self._ensure_ack_worker()
-        return fut
-
-    def _ensure_ack_worker(self) -> None:
-        if self._ack_task is None or self._ack_task.done():
-            self._ack_task = asyncio.get_running_loop().create_task(self._ack_worker(),
-                                                                    name=f"acks {self.log_prefix}")
-
-    async def _ack_worker(self) -> None:
-        ops = self._ack_ops
-        while True:
-            if not ops:
-                self._ack_idle.set()
-                await self._ack_event.wait()
-                self._ack_event.clear()
-                continue
-            kind, arg, fut = ops.popleft()
-            futures = [fut]
-            if kind == "delete":
-                positions = list(arg)
-                while ops and ops[0][0] == "delete":
-                    _, more, f = ops.popleft()
-                    positions.extend(more)
-                    futures.append(f)
-            elif kind == "batch":
-                ack_sets = dict(arg)
-                while ops and ops[0][0] == "batch":
-                    _, more, f = ops.popleft()
-                    for p, bits in more.items():
-                        ack_sets[p] = ack_sets[p] & bits if p in ack_sets else bits
-                    futures.append(f)
-                positions = list(ack_sets)
-            else:
-                positions = [arg]
-                while ops and ops[0][0] == "mark_delete":
-                    _, more, f = ops.popleft()
-                    positions = [max(positions[0], more)]
-                    futures.append(f)
-            before = self.cursor.mark_delete_position
-            error: Optional[BaseException] = None
-            try:
-                if kind == "delete":
-                    await self._delete_positions(positions)
-                elif kind == "batch":
-                    await shielded(self.cursor.delete_batch_indexes(ack_sets))
-                else:
-                    await shielded(self.cursor.mark_delete(positions[0], properties=self.cursor_properties()))
-            except asyncio.CancelledError:
-                for f in futures:
-                    f.cancel()
-                raise
-            except Exception as exc:
-                error = exc
-                log.warning("%s %s of %d position(s) failed: %s", self.log_prefix, kind, len(positions), exc)
-            if kind == "delete":
-                self._queued_acks.difference_update(positions)
-            elif kind == "mark_delete" and self._queued_md is not None and self._queued_md <= positions[0]:
-                self._queued_md = None
-            for f in futures:
-                if not f.done():
-                    f.set_exception(error) if error else f.set_result(None)
-            if self.cursor.mark_delete_position != before:
-                self.last_md_advanced_ms = int(time.time() * 1000)
-                self._wake_dispatcher()
-                self._snapshots_passed()
-
-    async def _delete_positions(self, positions: list[Position]) -> None:
-        """Individual deletes; a position the ledger does not have (a client acknowledging garbage) must not
-        cost the valid ones their acknowledgement, so a refused batch is retried one position at a time."""
-        try:
-            await shielded(self.cursor.delete(positions))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if len(positions) == 1 or "InvalidCursorPosition" not in type(exc).__name__:
-                raise
-            for pos in positions:
-                try:
-                    await shielded(self.cursor.delete([pos]))
-                except asyncio.CancelledError:
-                    raise
-                except Exception as one:
-                    if "InvalidCursorPosition" not in type(one).__name__:
-                        raise
-                    log.info("%s ignoring an acknowledgement of %s: %s", self.log_prefix, pos, one)
-
-    async def drain_acks(self) -> None:
-        """Waits until every queued acknowledgement reached the cursor."""
-        if self._ack_task is not None and not self._ack_task.done():
-            await self._ack_idle.wait()
 
     def cursor_properties(self) -> Optional[dict[str, int]]:
         return {REPLICATED_PROPERTY: 1} if self.replicated else None
@@ -568,9 +351,7 @@ class Subscription:
         dispatcher = self.dispatcher
         delayed = dispatcher.delayed_messages() if dispatcher else 0
         key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatcher) else None
-        if key_shared is not None:
-            cstats = [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
-                      for c, s in zip(consumers, cstats)]
+        cstats = with_key_hash_ranges(consumers, cstats, key_shared)
         return SubscriptionStats(
             type=self.type_name(),
             consumers=tuple(cstats),

@@ -2,15 +2,19 @@
 
 An entry's sticky key (ordering key, else partition key, else the first batch member's key) hashes to a
 consumer through the selector (``key_shared.py``: AUTO_SPLIT consistent hashing, or the consumer's own
-STICKY ranges). Order per key is kept by three rules:
+STICKY ranges). Order per key is kept by three rules (the decisions themselves are pure:
+``key_shared_decisions.py``, whose docstring also says why the dispatcher cannot stall):
 
 1. an entry whose consumer cannot take it now (no permits, blocked, no consumer for the hash) goes to the
    replay set, and so does every later entry of the same hash while earlier ones wait there;
 2. replayed entries are served oldest first, and once one of a hash is held back in a round, the later
-   ones of that hash are held back too;
+   ones of that hash are held back too; a replay round reads only the positions it could send, wherever
+   they sit in the set;
 3. a consumer joining a subscription that has entries in flight is *recently joined*: it gets no entry at
    or after the read position it joined at until every entry before that position is acknowledged (the
-   old owner of its keys may still hold some), as Pulsar's ``recentlyJoinedConsumers``.
+   old owner of its keys may still hold some), as Pulsar's ``recentlyJoinedConsumers``. While several
+   are, each waits for the earliest of their join positions; once a single consumer is left it has none
+   of this (nobody else holds entries), as in Pulsar.
 
 With ``allowOutOfOrderDelivery`` rule 3 is skipped.
 
@@ -31,6 +35,7 @@ from ..entries import EntryInfo, sticky_key
 from ...errors import ConsumerAssignError
 from .key_ranges import AutoSplitSelector, SelectorError, StickySelector, key_hash
 from ..model import KeySharedMode, KeySharedSpec
+from .key_shared_decisions import Candidate, ConsumerView, plan_entries, restriction_limit, select_replay
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
@@ -65,7 +70,10 @@ class KeySharedDispatcher(SharedDispatcher):
                 ranges = list(consumer.key_shared_meta.hash_ranges)
                 self.selector.add(consumer, ranges)
             else:
-                self.selector.add(consumer, f"{consumer.name}#{consumer.consumer_id}@{id(consumer.connection)}")
+                # Name, id and peer address: unique per attached consumer, and the same ring whenever the same
+                # consumers attach (it used to hash the connection's memory address).
+                self.selector.add(consumer, f"{consumer.name}#{consumer.consumer_id}@"
+                                            f"{consumer.connection.remote_address}")
         except SelectorError as exc:
             raise ConsumerAssignError(str(exc)) from None
         cursor = self.cursor
@@ -78,6 +86,9 @@ class KeySharedDispatcher(SharedDispatcher):
     def remove_consumer(self, consumer: "Consumer") -> None:
         self.selector.remove(consumer)
         super().remove_consumer(consumer)
+        if len(self.consumers) <= 1:
+            for c in self.consumers:
+                c.join_position = None
 
     def hash_ranges(self, consumer: "Consumer") -> list[tuple[int, int]]:
         return self.selector.ranges(consumer)
@@ -102,39 +113,44 @@ class KeySharedDispatcher(SharedDispatcher):
             if first_unacked >= c.join_position:
                 c.join_position = None
 
+    def _view(self) -> ConsumerView["Consumer", Position]:
+        """Consumers as the pure decisions see them (after lifting the restrictions acks allow)."""
+        self._lift_join_restrictions()
+        earliest_join = restriction_limit(c.join_position for c in self.consumers)
+        return ConsumerView(owner=self.selector.select,
+                            room=lambda c: self.room_of(c) if c.available() else 0,
+                            limit=lambda c: earliest_join if c.join_position is not None else None)
+
+    def replay_positions(self, n: int) -> list[Position]:
+        return select_replay(self.replay.items(), n, self._view())
+
     def dispatch(self, batch: list[tuple[Entry, EntryInfo]], *, replayed: bool) -> int:
         if not batch:
             return 0
-        self._lift_join_restrictions()
-        budget: dict[int, int] = {}
-        assigned: dict[int, list[tuple[Entry, EntryInfo]]] = {}
-        owners: dict[int, "Consumer"] = {}
-        held_hashes: set[int] = set()
-        waiting = self.replay.hash_counts
-        sent = 0
+        batch_acks = self.subscription.batch_acks
+        candidates = []
+        learned = False
         for entry, info in batch:
             pos = entry.position
             h = self._hashes.get(pos)
             if h is None:
                 h = self._hashes[pos] = key_hash(sticky_key(entry.data, info.metadata))
-            consumer = self.selector.select(h)
-            ok = (consumer is not None and consumer.available() and h not in held_hashes
-                  and (replayed or h not in waiting)
-                  and (consumer.join_position is None or pos < consumer.join_position))
-            if ok:
-                room = budget.setdefault(id(consumer), self.room_of(consumer))
-                ok = room > 0
-            if not ok:
-                held_hashes.add(h)
-                self.add_to_replay(pos, h)
-                continue
-            budget[id(consumer)] -= info.num_messages
-            owners[id(consumer)] = consumer
-            assigned.setdefault(id(consumer), []).append((entry, info))
-        for key, items in assigned.items():
-            consumer = owners[key]
-            consumer.send_entries(self.message_items(consumer, items))
-            sent += len(items)
+                learned = learned or replayed
+            remaining = batch_acks.get(pos)  # counted as message_items will send it
+            messages = info.num_messages if remaining is None else bin(remaining).count("1")
+            candidates.append(Candidate(pos, h, messages))
+        plan = plan_entries(candidates, self._view(), replayed=replayed, waiting=self.replay.earliest)
+        for i in plan.held:
+            self.add_to_replay(candidates[i].position, candidates[i].key_hash)
+        if learned and plan.held:
+            # Replayed positions whose key was not known (delayed entries come due) were chosen blind and
+            # took the round's places; with their keys known the set is worth another look before it may
+            # count as stuck.
+            self.wake()
+        sent = 0
+        for consumer, indexes in plan.sends.items():
+            consumer.send_entries(self.message_items(consumer, [batch[i] for i in indexes]))
+            sent += len(indexes)
         return sent
 
     def on_acked(self, positions: list[Position]) -> None:

@@ -8,9 +8,11 @@ Redelivery: positions handed back (a consumer's REDELIVER_UNACKNOWLEDGED_MESSAGE
 timeouts, a consumer leaving with unacknowledged entries) go into the *replay set*, which a round serves
 before new entries, oldest first. A REDELIVER bumps the redelivery count of each position (pulsar-client's
 dead-letter policy counts on it); a consumer leaving does not. When no replayed entry could be sent in a
-round (Key_Shared: their consumers have no permits), the replay set is *stuck* and rounds read new entries
-until the next event; the replay set is bounded (``max_redelivery_replay_entries``), past that only
-events make progress.
+round (Key_Shared: their consumers have no permits; it reads only positions it could send,
+``key_shared_decisions.py``), the replay set is *stuck* and rounds read new entries until the next event (an
+event during the round itself, or delayed entries coming due, make the set worth another look at once); the
+replay set is bounded (``max_redelivery_replay_entries``), past that only events make progress. A replay
+read the bookies fail (``retriable``) puts the positions back and the round fails (the loop backs off).
 
 Delayed delivery (``delayed.py``, on unless the topic's policy is off: ``delayed_policy.py``): an entry read with its
 ``deliver_at_time`` in the future is held by the tracker instead of dispatched, and the read goes on. Each
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from broker.managed_ledger.api import Entry, Position
 
@@ -39,12 +41,13 @@ if TYPE_CHECKING:
 
 
 class ReplaySet:
-    """Positions to redeliver, ordered, each with an optional key hash (Key_Shared ordering)."""
+    """Positions to redeliver, ordered, each with an optional key hash (Key_Shared ordering: it also answers
+    the earliest position of each hash in the set)."""
 
     def __init__(self) -> None:
         self._sorted: list[Position] = []
         self._hash: dict[Position, Optional[int]] = {}
-        self.hash_counts: dict[int, int] = {}
+        self._by_hash: dict[int, list[Position]] = {}
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -58,7 +61,7 @@ class ReplaySet:
         bisect.insort(self._sorted, position)
         self._hash[position] = key_hash
         if key_hash is not None:
-            self.hash_counts[key_hash] = self.hash_counts.get(key_hash, 0) + 1
+            bisect.insort(self._by_hash.setdefault(key_hash, []), position)
 
     def discard(self, position: Position) -> None:
         if position not in self._hash:
@@ -67,22 +70,30 @@ class ReplaySet:
         i = bisect.bisect_left(self._sorted, position)
         del self._sorted[i]
         if key_hash is not None:
-            left = self.hash_counts[key_hash] - 1
-            if left:
-                self.hash_counts[key_hash] = left
-            else:
-                del self.hash_counts[key_hash]
+            same = self._by_hash[key_hash]
+            del same[bisect.bisect_left(same, position)]
+            if not same:
+                del self._by_hash[key_hash]
 
     def first(self, n: int) -> list[Position]:
         return self._sorted[:n]
 
+    def earliest(self, key_hash: int) -> Optional[Position]:
+        """The earliest position of ``key_hash`` in the set (None: none)."""
+        same = self._by_hash.get(key_hash)
+        return same[0] if same else None
+
     def clear(self) -> None:
         self._sorted.clear()
         self._hash.clear()
-        self.hash_counts.clear()
+        self._by_hash.clear()
 
     def positions(self) -> list[Position]:
         return list(self._sorted)
+
+    def items(self) -> Iterator[tuple[Position, Optional[int]]]:
+        """``(position, key hash)`` in position order."""
+        return ((p, self._hash[p]) for p in self._sorted)
 
 
 class SharedDispatcher(Dispatcher):
@@ -182,8 +193,11 @@ class SharedDispatcher(Dispatcher):
         now_ms = self.clock_ms()
         # Switched off by a policy: everything held is due now (delayed_policy.py).
         release_at_ms = now_ms if self._delayed_settings().active else 1 << 62
-        for pos in self.delayed.pop_due(release_at_ms):
+        released = self.delayed.pop_due(release_at_ms)
+        for pos in released:
             self.add_to_replay(pos)
+        if released:
+            self.replay_stuck = False  # new replay entries: the set is worth another look
         self._arm_timer(now_ms)
 
     def _arm_timer(self, now_ms: int) -> None:
@@ -256,8 +270,12 @@ class SharedDispatcher(Dispatcher):
         self.dispatch(self.filter_entries(entries), replayed=False)
         return Next.PROGRESS
 
+    def replay_positions(self, n: int) -> list[Position]:
+        """The replay positions a round reads (Key_Shared: only those it could send now)."""
+        return self.replay.first(n)
+
     async def _replay_round(self, n: int) -> Next:
-        positions = self.replay.first(n)
+        positions = self.replay_positions(n)
         ml = self.subscription.topic.ml
         generation = self.generation
         entries: list[Entry] = []
@@ -267,17 +285,21 @@ class SharedDispatcher(Dispatcher):
                 continue
             try:
                 entries.append(await ml.read_entry(pos))
-            except Exception as exc:  # trimmed or deleted meanwhile: nothing to redeliver
-                self.subscription.log_debug(f"replay of {pos} skipped: {exc}")
+            except Exception as exc:
+                if getattr(exc, "retriable", False):  # the bookies may serve it later: keep what was taken
+                    for p in [e.position for e in entries] + [pos]:
+                        self.add_to_replay(p)
+                    raise
+                self.subscription.log_debug(f"replay of {pos} skipped: {exc}")  # trimmed or deleted meanwhile
         if generation != self.generation:
             return Next.PROGRESS
         batch = self.filter_entries(entries)
         sent = self.dispatch(batch, replayed=True)
-        # Stuck only when there was something to send and nobody could take it. Entries acknowledged while they
-        # were being read leave nothing to send; that is progress. And an event during the round (its FLOW, an
-        # acknowledgement) may have made room: its wake must not be overridden, or the replayed entries would
-        # wait for the event after it while new entries flow past them.
-        if batch and not sent and not self._wakeup.is_set():
+        if not sent and len(batch) == len(positions) and not self._wakeup.is_set():
+            # Nothing in the set could go. Unless positions left the set otherwise (acknowledged, even while
+            # being read; skipped; held for delayed delivery), which may have unblocked others of their key,
+            # or an event during the reads (FLOW, redelivery, a consumer leaving) may have made something
+            # sendable: then look again.
             self.replay_stuck = True
         return Next.PROGRESS
 

@@ -13,7 +13,6 @@ duplicates). No pending-acknowledgement state is kept: those clients never ackno
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -24,7 +23,7 @@ from ..model import AckedId, KeySharedMode, SubType
 from ...errors import ConsumerBusyError, ServiceNotReadyError
 from .dispatch import Dispatch, KeySharedDispatch, Offer, new_dispatch
 from ...stats import RateMeter
-from ..stats import NonPersistentSubscriptionStats
+from ..stats import NonPersistentSubscriptionStats, with_key_hash_ranges
 
 if TYPE_CHECKING:
     from .topic import NonPersistentTopic
@@ -193,9 +192,7 @@ class NonPersistentSubscription:
         cstats = [c.stats() for c in consumers]
         dispatcher = self.dispatcher
         key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatch) else None
-        if key_shared is not None:
-            cstats = [dataclasses.replace(s, key_hash_ranges=tuple(f"[{a}, {b}]" for a, b in key_shared.hash_ranges(c)))
-                      for c, s in zip(consumers, cstats)]
+        cstats = with_key_hash_ranges(consumers, cstats, key_shared)
         return NonPersistentSubscriptionStats(
             type=self.type_name(),
             consumers=tuple(cstats),
