@@ -14,6 +14,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Optional
 
+from magnetar.errors import ConfigError
 from magnetar.protocol.client import Auth
 
 from .config import ProxyConfig
@@ -73,7 +74,7 @@ class BrokerClient:
         needs_tls = config.tls_enabled_with_broker or method == "tls"
         try:
             context = broker_client_context(config, cert_file=cert_file, key_file=key_file) if needs_tls else None
-        except (ssl.SSLError, OSError) as e:
+        except ConfigError as e:
             raise BrokerCredentialsError(f"cannot load the proxy's TLS settings towards brokers: {e}") from None
         return cls(auth=auth, ssl_context=context)
 
@@ -82,3 +83,10 @@ class BrokerClient:
         if self.auth is None:
             return "none", b""
         return self.auth.method_name, self.auth.get_data()
+
+    def http_headers(self) -> dict[str, str]:
+        """The headers that authenticate the proxy in an HTTP request to a broker (a token as Bearer; with
+        ``tls`` its certificate travels in the TLS handshake instead)."""
+        if self.auth is not None and self.auth.method_name == "token":
+            return {"Authorization": f"Bearer {self.auth.get_data().decode()}"}
+        return {}

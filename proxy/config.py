@@ -18,6 +18,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _MiB = 1024 * 1024
 _TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
 _BROKER_AUTH_METHODS = ("", "token", "tls")
+_PROVIDERS = ("tls", "token")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,29 @@ class ProxyConfig(TomlSettings):
             plain ``pulsar://`` URLs only.
         tls_hostname_verification_enabled: check a broker's certificate names the host connected to, during
             the TLS handshake, before any credential is sent (Pulsar ``tlsHostnameVerificationEnabled``).
+        authentication_enabled: clients must authenticate (Pulsar ``authenticationEnabled``): CONNECT's
+            credentials, or the client certificate of the TLS handshake, give the client's role; refused clients
+            get ERROR AuthenticationError and are closed.
+        authentication_providers: ``"tls"`` (role = CN of the verified client certificate) and/or ``"token"``
+            (a JWT in CONNECT's auth data or ``Authorization: Bearer``).
+        token_secret_key, token_public_key: the key tokens are verified with (HS256 secret, or RS256/ES256
+            public key), as ``data:;base64,<b64>`` or ``file:///path`` (Pulsar ``tokenSecretKey``,
+            ``tokenPublicKey``).
+        token_auth_claim: the claim naming the role ("sub"; Pulsar ``tokenAuthClaim``).
+        token_audience_claim, token_audience: when ``token_audience`` is set, the token's audience claim must
+            contain it (Pulsar ``tokenAudienceClaim``, ``tokenAudience``).
+        authentication_refresh_check_ms: how often the proxy looks for lookup connections whose credentials
+            expired; such a connection is sent AUTH_CHALLENGE and closed if the next look finds it still
+            expired (Pulsar ``authenticationRefreshCheckSeconds``).
+        forward_authorization_credentials: also pass the client's credentials to the broker
+            (``original_auth_data``, Pulsar ``forwardAuthorizationCredentials``), so the broker can refresh
+            them on a forwarded connection; off, the proxy closes a forwarded connection whose credentials
+            expire and pulsar-client reconnects with fresh ones.
+        authorization_enabled: lookups (LOOKUP, PARTITIONED_METADATA, GET_SCHEMA: ``produce`` or ``consume`` on
+            the topic or its namespace; GET_TOPICS_OF_NAMESPACE: on the namespace) are checked against the grants
+            in the configuration store; a refused one is answered AuthorizationError (Pulsar
+            ``authorizationEnabled``). Needs authentication.
+        superuser_roles: roles allowed everything (Pulsar ``superUserRoles``).
         broker_client_trust_certs_file: CA certificates (PEM) broker certificates must chain to ("": the
             system's).
         broker_client_auth_method: how the proxy authenticates to brokers: ``token``, ``tls`` or "" (none).
@@ -95,6 +119,17 @@ class ProxyConfig(TomlSettings):
     tls_ciphers: str = ""
     tls_enabled_with_broker: bool = False
     tls_hostname_verification_enabled: bool = True
+    authentication_enabled: bool = False
+    authentication_providers: tuple[str, ...] = ()
+    token_secret_key: str = ""
+    token_public_key: str = ""
+    token_auth_claim: str = "sub"
+    token_audience_claim: str = "aud"
+    token_audience: str = ""
+    authentication_refresh_check_ms: int = 60_000
+    forward_authorization_credentials: bool = False
+    authorization_enabled: bool = False
+    superuser_roles: tuple[str, ...] = ()
     broker_client_trust_certs_file: str = ""
     broker_client_auth_method: str = ""
     broker_client_auth_params: str = ""
@@ -149,7 +184,8 @@ class ProxyConfig(TomlSettings):
                 raise ConfigError(f"{name} is not a host name or address: {value!r}")
         self._validate_ports()
         self._validate_tls()
-        positive = ("max_concurrent_inbound_connections", "max_concurrent_lookup_requests", "handshake_timeout_ms",
+        self._validate_authentication()
+        positive = ("authentication_refresh_check_ms", "max_concurrent_inbound_connections", "max_concurrent_lookup_requests", "handshake_timeout_ms",
                     "keep_alive_interval_ms", "lookup_timeout_ms", "broker_connect_timeout_ms",
                     "max_lookup_redirects", "relay_buffer_bytes", "zk_session_timeout_ms",
                     "http_request_body_max_bytes", "http_timeout_ms", "shutdown_grace_ms")
@@ -174,6 +210,21 @@ class ProxyConfig(TomlSettings):
             if value in seen:
                 raise ConfigError(f"{seen[value]} and {name} must differ (both {value})")
             seen[value] = name
+
+    def _validate_authentication(self) -> None:
+        unknown = [p for p in self.authentication_providers if p not in _PROVIDERS]
+        if unknown:
+            raise ConfigError(f"authentication_providers: unknown provider(s) {', '.join(map(repr, unknown))}; "
+                              f"known: {', '.join(_PROVIDERS)}")
+        if self.authentication_enabled and not self.authentication_providers:
+            raise ConfigError("authentication_enabled needs authentication_providers (\"tls\", \"token\" or both)")
+        if self.authentication_enabled and "token" in self.authentication_providers and not (
+                self.token_secret_key or self.token_public_key):
+            raise ConfigError("the token provider needs token_secret_key or token_public_key")
+        if self.authentication_enabled and "tls" in self.authentication_providers and not self.tls_trust_certs_file:
+            raise ConfigError("the tls provider needs tls_trust_certs_file (the CA client certificates chain to)")
+        if self.authorization_enabled and not self.authentication_enabled:
+            raise ConfigError("authorization_enabled needs authentication_enabled (roles come from authentication)")
 
     def _validate_tls(self) -> None:
         if self.serves_tls and not (self.tls_cert_file and self.tls_key_file):

@@ -10,7 +10,10 @@ The connection is an ``asyncio.Protocol`` whose life is :mod:`proxy.handshake`'s
    (:func:`proxy.tls.start_tls_server`); a failed TLS handshake (a plain-text client, an untrusted or missing
    client certificate) closes it and is counted by reason. A handshake timer runs from here until the client
    reaches LOOKUPS or RELAYING.
-2. **CONNECT.** The first frame must be CONNECT (:func:`proxy.handshake.decide_connect`). Without
+2. **CONNECT.** The first frame must be CONNECT (:func:`proxy.handshake.decide_connect`). With authentication
+   on, its credentials (a token, or ``tls`` and the verified client certificate) give the client's role
+   (``magnetar.auth``); refused credentials are answered ERROR AuthenticationError, counted by reason, and the
+   connection closes. Without
    ``proxy_to_broker_url`` the proxy answers CONNECTED and serves lookups; with it, the client's reading is
    paused, the target is checked against the registered brokers, the proxy connects to the broker
    (:class:`proxy.relay.BrokerLink`), and once the broker accepted the proxy's CONNECT the two sockets are
@@ -33,15 +36,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from typing import Optional
 
+from magnetar.auth.errors import AuthenticationError
+from magnetar.auth.providers import Credentials
+from magnetar.errors import MagnetarError
 from magnetar.protocol import FrameDecoder, ProtocolError, command_body, encode_command, pb, wrap
 
 from .context import ProxyContext
 from .errors import BrokerCredentialsError, BrokerUnavailableError, TargetDeniedError
 from .handshake import (ALLOWED, HANDSHAKE_FRAME_BYTES_MAX, HANDSHAKING, LOOKUP_COMMANDS, NO_REQUEST_ID,
-                        ConnectDecision, ConnectionState, broker_connect, connected, decide_connect, decode_one, error,
-                        rejection, request_id_of, split_frame)
+                        ConnectDecision, ConnectionState, auth_challenge, broker_connect, connected, decide_connect,
+                        decode_one, error, rejection, request_id_of, split_frame)
 from .relay import BrokerLink, BrokerRefusedError, close_transport
 from .tls import failure_reason, peer_certificate, start_tls_server
 
@@ -72,7 +79,11 @@ class ProxyConnection(asyncio.Protocol):
         self.peer = "?"
         self.ip = "?"
         self.role: Optional[str] = None
+        self.auth_method = ""
         self.peer_certificate: Optional[dict] = None
+        self._auth_data = b""
+        self._expires_at_s: Optional[float] = None  # epoch seconds the credentials are valid until
+        self._challenged = False
         self.protocol_version = 0
         self.close_reason = ""
         self._admitted = False
@@ -82,6 +93,7 @@ class ProxyConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task] = set()
         self._handshake_timer: Optional[asyncio.TimerHandle] = None
         self._keepalive_timer: Optional[asyncio.TimerHandle] = None
+        self._credentials_timer: Optional[asyncio.TimerHandle] = None
         self._last_received_s = 0.0
         self._ping_outstanding = False
         self._loop = asyncio.get_running_loop()
@@ -212,6 +224,9 @@ class ProxyConnection(asyncio.Protocol):
             log.info("[%s] CONNECT refused: %s", self.peer, decision.refusal)
             self._refuse(pb.NotAllowed, decision.refusal)
             return
+        if not self._authenticate(connect.auth_method_name if connect.HasField("auth_method_name") else "none",
+                                  connect.auth_data):
+            return
         if decision.target:
             self.state = ConnectionState.CONNECTING_BROKER
             self.transport.pause_reading()  # type: ignore[union-attr]
@@ -222,6 +237,69 @@ class ProxyConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(frame_size_bytes_max=HANDSHAKE_FRAME_BYTES_MAX)
         self._write(connected(decision.protocol_version))
         self._keepalive_timer = self._loop.call_later(self.ctx.keep_alive_interval_s, self._keep_alive)
+        if self._expires_at_s is not None:
+            self._credentials_timer = self._loop.call_later(self.ctx.refresh_check_s, self._check_credentials)
+
+    # -- authentication ------------------------------------------------------------------------------------
+
+    def _authenticate(self, method: str, data: bytes) -> bool:
+        """Decides the client's role from credentials (CONNECT's, or AUTH_RESPONSE's for the same role);
+        refuses and closes the connection when they are not good. True when authentication is off."""
+        service = self.ctx.authentication
+        if service is None:
+            return True
+        try:
+            who = service.authenticate(Credentials(method=method, data=data, peer_certificate=self.peer_certificate))
+            if self.role is not None and who.role != self.role:
+                raise AuthenticationError(f"fresh credentials must be for role {self.role!r}, not {who.role!r}",
+                                          reason="no_role")
+        except AuthenticationError as e:
+            self.ctx.stats.auth_failures[e.reason] += 1
+            log.info("[%s] authentication refused (%s): %s", self.peer, e.reason, e)
+            self._refuse(pb.AuthenticationError, str(e))
+            return False
+        except MagnetarError as e:  # a provider that could not decide: refused, never a crash
+            self.ctx.stats.auth_failures["malformed"] += 1
+            log.warning("[%s] authentication failed: %s", self.peer, e)
+            self._refuse(pb.AuthenticationError, f"authentication failed: {e}")
+            return False
+        if self.role is None:
+            log.debug("[%s] authenticated as %r by %s", self.peer, who.role, who.method)
+        self.role, self.auth_method, self._auth_data = who.role, who.method, data
+        self._expires_at_s = who.expires_at_s
+        return True
+
+    def _check_credentials(self) -> None:
+        """On a lookup connection: expired credentials get one AUTH_CHALLENGE; still expired at the next check,
+        the connection is closed (Pulsar's ``authenticationRefreshCheckSeconds`` rhythm)."""
+        self._credentials_timer = None
+        if self.state is not ConnectionState.LOOKUPS or self._expires_at_s is None:
+            return
+        if time.time() >= self._expires_at_s:
+            if self._challenged:
+                self.ctx.stats.auth_failures["expired"] += 1
+                log.info("[%s] closed: credentials of %r expired and were not refreshed", self.peer, self.role)
+                self._refuse(pb.AuthenticationError, "credentials expired and were not refreshed")
+                return
+            self._challenged = True
+            self._write(auth_challenge(self.auth_method, self.protocol_version))
+        self._credentials_timer = self._loop.call_later(self.ctx.refresh_check_s, self._check_credentials)
+
+    def _on_auth_response(self, response: pb.CommandAuthResponse) -> None:
+        if self.ctx.authentication is None:
+            return
+        given = response.response
+        if self._authenticate(given.auth_method_name or self.auth_method, given.auth_data) and self._challenged:
+            self._challenged = False
+            self.ctx.stats.auth_refreshes += 1
+            log.debug("[%s] credentials of %r refreshed", self.peer, self.role)
+
+    def _credentials_expired(self) -> None:
+        self._credentials_timer = None
+        if self.state is ConnectionState.RELAYING:
+            log.info("[%s] closed: credentials of %r expired (the client reconnects with fresh ones)", self.peer,
+                     self.role)
+            self._close("credentials expired")
 
     # -- lookups -------------------------------------------------------------------------------------------
 
@@ -238,7 +316,9 @@ class ProxyConnection(asyncio.Protocol):
             self._spawn(self._answer(cmd), kind)
         elif t == T.PING:
             self._write(_PONG)
-        elif t in (T.PONG, T.AUTH_RESPONSE):
+        elif t == T.AUTH_RESPONSE:
+            self._on_auth_response(cmd.authResponse)
+        elif t == T.PONG:
             pass  # liveness only: any input already counts
         else:
             message = (f"{_name(t)} is not served on a lookup connection of the proxy: producers and consumers "
@@ -281,8 +361,11 @@ class ProxyConnection(asyncio.Protocol):
             return
         try:
             method, data = ctx.broker_client.credentials()
+            forwarded = ctx.forward_credentials and self.role is not None
             frame = broker_connect(connect, protocol_version=decision.protocol_version, auth_method_name=method,
-                                   auth_data=data, original_principal=self.role)
+                                   auth_data=data, original_principal=self.role,
+                                   original_auth_method=self.auth_method if forwarded else "",
+                                   original_auth_data=self._auth_data if forwarded else b"")
             link, broker_connected = await BrokerLink.open(
                 endpoint, frame, ssl_context=ctx.broker_client.ssl_context, timeout_s=ctx.broker_connect_timeout_s,
                 stats=ctx.stats, relay_buffer_bytes=ctx.relay_buffer_bytes, credentials=ctx.broker_client.credentials)
@@ -307,6 +390,9 @@ class ProxyConnection(asyncio.Protocol):
             ctx.stats.binary_bytes += len(pending)
             link.write(pending)
         log.debug("[%s] forwarding to %s as %s", self.peer, endpoint.url, self.role or "(no role)")
+        if self._expires_at_s is not None and not ctx.forward_credentials:
+            delay = max(0.0, self._expires_at_s - time.time())
+            self._credentials_timer = self._loop.call_later(delay, self._credentials_expired)
         transport.resume_reading()
 
     def _on_broker_lost(self, exc: Optional[BaseException]) -> None:
@@ -363,10 +449,10 @@ class ProxyConnection(asyncio.Protocol):
             return
         self.state = ConnectionState.CLOSED
         self.close_reason = self.close_reason or reason
-        for timer in (self._handshake_timer, self._keepalive_timer):
+        for timer in (self._handshake_timer, self._keepalive_timer, self._credentials_timer):
             if timer is not None:
                 timer.cancel()
-        self._handshake_timer = self._keepalive_timer = None
+        self._handshake_timer = self._keepalive_timer = self._credentials_timer = None
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

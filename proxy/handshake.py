@@ -17,12 +17,17 @@ Pulsar's proxy (``ProxyConnection``) reads a client's CONNECT and then takes one
 States (Pulsar's names in brackets)::
 
     ACCEPTED            TCP accepted; TLS handshake running on a TLS port           [Init]
-    AWAITING_CONNECT    the first frame must be CONNECT                              [Init]
-    AUTHENTICATING      AUTH_CHALLENGE sent, AUTH_RESPONSE expected                  [Connecting]
+    AWAITING_CONNECT    the first frame must be CONNECT (its credentials decided)    [Init, Connecting]
     LOOKUPS             answering lookups                                            [ProxyLookupRequests]
     CONNECTING_BROKER   connecting to the named broker; client input waits           [ProxyConnectingToBroker]
     RELAYING            bytes spliced to the broker                                  [ProxyConnectionToBroker]
     CLOSED
+
+Credentials are decided on CONNECT in one step (``tls`` and ``token`` need no more rounds). A lookup
+connection whose credentials expire is sent AUTH_CHALLENGE and must answer AUTH_RESPONSE with fresh ones for the
+same role; a forwarded connection cannot be challenged by the proxy (it no longer reads frames), so it is closed
+when its credentials expire, unless the client's credentials are forwarded to the broker, which then refreshes
+them itself.
 
 Until the connection reaches LOOKUPS or RELAYING a handshake timer runs; a client that sends nothing, or not
 a CONNECT, or too large a frame, is closed. In LOOKUPS any command other than the four lookups, PING, PONG and
@@ -52,6 +57,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "NO_REQUEST_ID",
     "PROXY_VERSION",
+    "auth_challenge",
     "broker_connect",
     "connected",
     "decide_connect",
@@ -77,7 +83,6 @@ _U32 = struct.Struct(">I")
 class ConnectionState(enum.Enum):
     ACCEPTED = "accepted"
     AWAITING_CONNECT = "awaiting-connect"
-    AUTHENTICATING = "authenticating"
     LOOKUPS = "lookups"
     CONNECTING_BROKER = "connecting-broker"
     RELAYING = "relaying"
@@ -89,13 +94,11 @@ LOOKUP_COMMANDS = frozenset((T.LOOKUP, T.PARTITIONED_METADATA, T.GET_TOPICS_OF_N
 # Commands a client may send in each state where the proxy decodes frames.
 ALLOWED: dict[ConnectionState, frozenset[int]] = {
     ConnectionState.AWAITING_CONNECT: frozenset((T.CONNECT,)),
-    ConnectionState.AUTHENTICATING: frozenset((T.AUTH_RESPONSE, T.PING, T.PONG)),
     ConnectionState.LOOKUPS: LOOKUP_COMMANDS | {T.PING, T.PONG, T.AUTH_RESPONSE},
 }
 
 # Handshake states: the handshake timer runs in them.
-HANDSHAKING = frozenset((ConnectionState.ACCEPTED, ConnectionState.AWAITING_CONNECT, ConnectionState.AUTHENTICATING,
-                         ConnectionState.CONNECTING_BROKER))
+HANDSHAKING = frozenset((ConnectionState.ACCEPTED, ConnectionState.AWAITING_CONNECT, ConnectionState.CONNECTING_BROKER))
 
 
 # -- framing before the splice ----------------------------------------------------------------------------
@@ -168,9 +171,11 @@ def decide_connect(connect: pb.CommandConnect) -> ConnectDecision:
 
 
 def broker_connect(client: pb.CommandConnect, *, protocol_version: int, auth_method_name: str,
-                   auth_data: bytes, original_principal: Optional[str]) -> bytes:
+                   auth_data: bytes, original_principal: Optional[str], original_auth_method: str = "",
+                   original_auth_data: bytes = b"") -> bytes:
     """The CONNECT the proxy sends a broker for a forwarded client: the client's version and feature flags
-    (the client and the broker speak directly once spliced), the proxy's credentials and the client's role."""
+    (the client and the broker speak directly once spliced), the proxy's credentials, the client's role and,
+    when the proxy forwards them, the client's own credentials."""
     cmd = pb.CommandConnect(client_version=client.client_version or PROXY_VERSION, protocol_version=protocol_version,
                             auth_method_name=auth_method_name or "none", proxy_version=PROXY_VERSION)
     if auth_data:
@@ -179,7 +184,17 @@ def broker_connect(client: pb.CommandConnect, *, protocol_version: int, auth_met
         cmd.feature_flags.CopyFrom(client.feature_flags)
     if original_principal:
         cmd.original_principal = original_principal
+    if original_auth_method:
+        cmd.original_auth_method = original_auth_method
+        cmd.original_auth_data = original_auth_data.decode("utf-8", "replace")  # a string field in Pulsar's proto
     return encode_command(wrap(cmd))
+
+
+def auth_challenge(method: str, protocol_version: int) -> bytes:
+    """AUTH_CHALLENGE asking a client for fresh credentials (``auth_data`` "refresh", as Pulsar asks)."""
+    return encode_command(wrap(pb.CommandAuthChallenge(
+        server_version=PROXY_VERSION, protocol_version=protocol_version,
+        challenge=pb.AuthData(auth_method_name=method, auth_data=b"refresh"))))
 
 
 def connected(protocol_version: int) -> bytes:

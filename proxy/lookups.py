@@ -5,7 +5,8 @@ A LOOKUP is asked of a registered broker (round robin) and its Redirect answers 
 that broker's URL with ``proxy_through_service_url`` (:func:`proxy.handshake.lookup_connect`). PARTITIONED_METADATA,
 GET_TOPICS_OF_NAMESPACE and GET_SCHEMA are asked of any registered broker and its answer is passed on under
 the client's request id. A broker's failure answer keeps its code and message; a broker that cannot be reached
-or does not answer in time is ServiceNotReady, which pulsar-client retries.
+or does not answer in time is ServiceNotReady, which pulsar-client retries. With authorization on, the client's
+role is checked first (:mod:`proxy.authorization`) and a refusal is the command's AuthorizationError answer.
 
 The proxy talks to brokers with Magnetar's protocol client (``magnetar.protocol.client``). Its connections are
 pooled per client role: each announces that role as ``original_principal``, so a broker authorizes every lookup
@@ -22,10 +23,14 @@ from magnetar.protocol import encode_command, pb
 from magnetar.protocol.client import ClientError, ConnectionPool, ServerError
 from magnetar.protocol.client.errors import InvalidServiceUrlError
 
+from config_store import MetadataError
+
+from .authorization import LookupAuthorizer
 from .broker_client import BrokerClient
 from .directory import BrokerDirectory
 from .errors import ProxyError
 from .handshake import lookup_connect, lookup_failure
+from .metrics import ProxyStats
 
 __all__ = ["LookupProxy"]
 
@@ -45,11 +50,16 @@ class LookupProxy:
         timeout_s: how long one broker may take to answer.
         connect_timeout_s: TCP, TLS and CONNECT towards a broker.
         max_redirects: Redirect answers followed for one LOOKUP.
+        stats: where refusals are counted.
+        authorizer: checks the client's role first (None: authorization is off).
     """
 
     def __init__(self, *, directory: BrokerDirectory, broker_client: BrokerClient, timeout_s: float,
-                 connect_timeout_s: float, max_redirects: int) -> None:
+                 connect_timeout_s: float, max_redirects: int, stats: ProxyStats,
+                 authorizer: Optional[LookupAuthorizer] = None) -> None:
         self.directory = directory
+        self.stats = stats
+        self.authorizer = authorizer
         self.broker_client = broker_client
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -84,6 +94,12 @@ class LookupProxy:
         """The frame answering lookup command ``cmd`` (never raises: failures are failure answers)."""
         request_id = _request_id(cmd)
         try:
+            if self.authorizer is not None and not await self._authorized(cmd, role):
+                self.stats.authorization_failures[_OPERATIONS[cmd.type]] += 1
+                what = _subject(cmd)
+                log.info("role %r may not look up %s", role, what)
+                return lookup_failure(cmd.type, request_id, pb.AuthorizationError,
+                                      f"Client with role {role!r} is not authorized to look up {what}")
             if cmd.type == T.LOOKUP:
                 return await self._lookup(cmd.lookupTopic, role)
             return await self._forward(cmd, role)
@@ -93,6 +109,14 @@ class LookupProxy:
             return lookup_failure(cmd.type, request_id, pb.MetadataError, f"a broker answered a bad URL: {e}")
         except (ClientError, ProxyError) as e:
             return lookup_failure(cmd.type, request_id, pb.ServiceNotReady, str(e))
+        except MetadataError as e:  # the configuration store, asked for permissions
+            return lookup_failure(cmd.type, request_id, pb.ServiceNotReady, f"cannot read permissions: {e}")
+
+    async def _authorized(self, cmd: pb.BaseCommand, role: Optional[str]) -> bool:
+        assert self.authorizer is not None
+        if cmd.type == T.GET_TOPICS_OF_NAMESPACE:
+            return await self.authorizer.can_list_namespace(role, cmd.getTopicsOfNamespace.namespace)
+        return await self.authorizer.can_lookup_topic(role, _subject(cmd))
 
     async def _lookup(self, cmd: pb.CommandLookupTopic, role: Optional[str]) -> bytes:
         url = self.directory.next_binary_url()
@@ -135,6 +159,17 @@ _BODIES = {T.LOOKUP: "lookupTopic", T.PARTITIONED_METADATA: "partitionMetadata",
 
 def _body(cmd: pb.BaseCommand):
     return getattr(cmd, _BODIES[cmd.type])
+
+
+_OPERATIONS = {T.LOOKUP: "lookup", T.PARTITIONED_METADATA: "partitions_metadata",
+               T.GET_TOPICS_OF_NAMESPACE: "get_topics_of_namespace", T.GET_SCHEMA: "get_schema"}
+
+
+def _subject(cmd: pb.BaseCommand) -> str:
+    """The topic (or, for GET_TOPICS_OF_NAMESPACE, the namespace) a lookup command is about."""
+    if cmd.type == T.GET_TOPICS_OF_NAMESPACE:
+        return cmd.getTopicsOfNamespace.namespace
+    return _body(cmd).topic
 
 
 def _request_id(cmd: pb.BaseCommand) -> int:

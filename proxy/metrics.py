@@ -46,6 +46,8 @@ class ProxyStats:
         self.requests: collections.Counter[str] = collections.Counter()
         self.rejected_requests: collections.Counter[str] = collections.Counter()
         self.auth_failures: collections.Counter[str] = collections.Counter()
+        self.authorization_failures: collections.Counter[str] = collections.Counter()
+        self.auth_refreshes = 0
         self.handshake_timeouts = 0
         self.denied_targets = 0
         self.broker_connect_failures = 0
@@ -102,3 +104,11 @@ class ProxyCollector:
         for reason, count in sorted(s.auth_failures.items()):
             failures.add_metric([reason], count)
         yield failures
+        refused = CounterMetricFamily("magnetar_proxy_authorization_failures",
+                                      "Lookups refused because the client's role may not look the topic up, by "
+                                      "operation", labels=["operation"])
+        for operation, count in sorted(s.authorization_failures.items()):
+            refused.add_metric([operation], count)
+        yield refused
+        yield CounterMetricFamily("magnetar_proxy_auth_refreshes", "Expired credentials a client replaced on a "
+                                  "live lookup connection (AUTH_CHALLENGE answered)", value=s.auth_refreshes)

@@ -11,8 +11,8 @@ Start-up order (each step needs the one before):
 SIGTERM / SIGINT: the listeners stop, open connections are closed (flushing what they have queued) within
 ``shutdown_grace_ms``, then the broker connections of lookups, the HTTP server and the store close; exit code 0.
 
-The global configuration store (``configuration_store``) is not opened yet: nothing the proxy does needs it
-until it authorizes clients against namespace permissions.
+The global configuration store (``configuration_store``) is opened only with ``authorization_enabled``: the
+namespace permissions and tenant admins that lookups are checked against live there.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import logging
 import os
 import pathlib
 import signal
-import ssl
 import sys
 from typing import Any, Optional
 
@@ -31,9 +30,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from config_store import KazooMetadataStore, MetadataError, MetadataStore
+from config_store import ConfigurationStore, KazooMetadataStore, MetadataError, MetadataStore
+from magnetar.auth.providers import AuthenticationService, TokenSettings
+from magnetar.auth.tls import ReloadingServerContext
+from magnetar.errors import ConfigError
 from observability.runtime import RuntimeMetrics, tune_runtime
 
+from .authorization import LookupAuthorizer
 from .broker_client import BrokerClient
 from .config import ProxyConfig
 from .context import ProxyContext
@@ -44,7 +47,7 @@ from .limits import ConnectionLimiter, RequestLimiter
 from .lookups import LookupProxy
 from .metrics import ProxyCollector, ProxyStats
 from .server import ProxyServer
-from .tls import ServerTls
+from .tls import server_tls
 
 __all__ = ["ProxyProcess", "run", "serve"]
 
@@ -63,11 +66,15 @@ class ProxyProcess:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.port = self.tls_port = self.web_port = self.web_tls_port = 0
         self.store: Optional[MetadataStore] = None
+        self.global_store: Optional[MetadataStore] = None
+        self.authentication: Optional[AuthenticationService] = None
+        self.authorizer: Optional[LookupAuthorizer] = None
+        self.broker_client: Optional[BrokerClient] = None
         self.directory: Optional[BrokerDirectory] = None
         self.lookups: Optional[LookupProxy] = None
         self.server: Optional[ProxyServer] = None
         self.ctx: Optional[ProxyContext] = None
-        self.server_tls: Optional[ServerTls] = None
+        self.server_tls: Optional[ReloadingServerContext] = None
         self.stats = ProxyStats()
         self._http_session: Optional[aiohttp.ClientSession] = None
         self._runner: Optional[web.AppRunner] = None
@@ -86,29 +93,33 @@ class ProxyProcess:
             config.endpoints_path.unlink(missing_ok=True)  # a stale file must not look like this run's
             if config.serves_tls:
                 try:
-                    self.server_tls = ServerTls(config)
-                except (ssl.SSLError, OSError) as e:
-                    raise ProxyStartError(f"cannot load the proxy's certificate ({config.tls_cert_file}, "
-                                          f"{config.tls_key_file}, {config.tls_trust_certs_file or 'no CA'}): "
-                                          f"{e}") from None
-            broker_client = BrokerClient.from_config(config)
+                    self.server_tls = server_tls(config)
+                except ConfigError as e:
+                    raise ProxyStartError(f"cannot load the proxy's certificate: {e}") from None
+            self.authentication = _authentication(config)
+            self.broker_client = BrokerClient.from_config(config)
             self.store = KazooMetadataStore(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms)
             await self.store.start()
             self.directory = BrokerDirectory(self.store, tls_enabled_with_broker=config.tls_enabled_with_broker)
             await self.directory.start()
-            self.lookups = LookupProxy(directory=self.directory, broker_client=broker_client,
+            if config.authorization_enabled:
+                await self._open_configuration_store()
+            self.lookups = LookupProxy(directory=self.directory, broker_client=self.broker_client,
                                        timeout_s=config.lookup_timeout_ms / 1000,
                                        connect_timeout_s=config.broker_connect_timeout_ms / 1000,
-                                       max_redirects=config.max_lookup_redirects)
+                                       max_redirects=config.max_lookup_redirects, stats=self.stats,
+                                       authorizer=self.authorizer)
             self.ctx = ProxyContext(
-                directory=self.directory, broker_client=broker_client, lookups=self.lookups,
+                directory=self.directory, broker_client=self.broker_client, lookups=self.lookups,
                 limiter=ConnectionLimiter(max_total=config.max_concurrent_inbound_connections,
                                           max_per_ip=config.max_concurrent_inbound_connections_per_ip),
                 lookup_limiter=RequestLimiter(config.max_concurrent_lookup_requests), stats=self.stats,
                 server_tls=self.server_tls, handshake_timeout_s=config.handshake_timeout_ms / 1000,
                 keep_alive_interval_s=config.keep_alive_interval_ms / 1000,
                 broker_connect_timeout_s=config.broker_connect_timeout_ms / 1000,
-                relay_buffer_bytes=config.relay_buffer_bytes)
+                relay_buffer_bytes=config.relay_buffer_bytes, authentication=self.authentication,
+                refresh_check_s=config.authentication_refresh_check_ms / 1000,
+                forward_credentials=config.forward_authorization_credentials)
             ctx = self.ctx
             ProxyCollector(self.stats, active_connections=lambda: ctx.limiter.active,
                            relayed_connections=lambda: ctx.relayed_connections).register(self.registry)
@@ -119,6 +130,9 @@ class ProxyProcess:
         except MetadataError as e:
             await self.close()
             raise ProxyStartError(f"cannot read the region's brokers from {config.zookeeper}: {e}") from None
+        except ConfigError as e:
+            await self.close()
+            raise ProxyStartError(str(e)) from None
         except BaseException:
             await self.close()
             raise
@@ -133,16 +147,19 @@ class ProxyProcess:
         if not config.web_port and not config.web_tls_port:
             return
         self._http_session = aiohttp.ClientSession(auto_decompress=False)
-        app = make_app(directory=self.directory, registry=self.registry, health=self.health,
-                       forwarding=ForwardingSettings(session=self._http_session,
-                                                     timeout_s=config.http_timeout_ms / 1000),
+        assert self.broker_client is not None
+        forwarding = ForwardingSettings(session=self._http_session, timeout_s=config.http_timeout_ms / 1000,
+                                        stats=self.stats, authentication=self.authentication,
+                                        proxy_headers=self.broker_client.http_headers,
+                                        ssl_context=self.broker_client.ssl_context)
+        app = make_app(directory=self.directory, registry=self.registry, health=self.health, forwarding=forwarding,
                        body_max_bytes=config.http_request_body_max_bytes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         for port, tls in ((config.web_port, False), (config.web_tls_port, True)):
             if not port:
                 continue
-            context = self._reloading_context() if tls else None
+            context = self.server_tls.serving_context() if tls and self.server_tls is not None else None
             site = web.TCPSite(self._runner, config.bind_host, port, ssl_context=context, reuse_address=True)
             try:
                 await site.start()
@@ -154,20 +171,6 @@ class ProxyProcess:
             else:
                 self.web_port = port
             log.info("admin, lookup and metrics over HTTP%s on %s:%d", "S" if tls else "", config.bind_host, port)
-
-    def _reloading_context(self) -> ssl.SSLContext:
-        """An HTTPS context that hands every handshake the current certificate (reloaded when its files change)."""
-        assert self.server_tls is not None
-        outer = self.server_tls.context()
-        server_tls = self.server_tls
-
-        def pick(sslobj: ssl.SSLObject, _name: Optional[str], _ctx: ssl.SSLContext) -> None:
-            current = server_tls.context()
-            if current is not outer:
-                sslobj.context = current
-
-        outer.sni_callback = pick
-        return outer
 
     async def close(self) -> None:
         """Closes everything (see the module docstring); idempotent."""
@@ -185,10 +188,12 @@ class ProxyProcess:
             await self._http_session.close()
         if self.lookups is not None:
             await self.lookups.close()
+        if self.authorizer is not None:
+            self.authorizer.close()
         if self.directory is not None:
             await self.directory.close()
-        if self.store is not None:
-            await self.store.close()
+        for store in {id(s): s for s in (self.global_store, self.store) if s is not None}.values():
+            await store.close()
         self._state = "closed"
         log.info("proxy stopped")
 
@@ -198,6 +203,16 @@ class ProxyProcess:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+    async def _open_configuration_store(self) -> None:
+        config = self.config
+        if config.configuration_store_connect == config.zookeeper:
+            self.global_store = self.store
+        else:
+            self.global_store = KazooMetadataStore(config.configuration_store_connect,
+                                                   session_timeout_ms=config.zk_session_timeout_ms)
+            await self.global_store.start()
+        self.authorizer = LookupAuthorizer(ConfigurationStore(self.global_store), superusers=config.superuser_roles)
 
     # -- wiring ------------------------------------------------------------------------------------------
 
@@ -232,6 +247,16 @@ class ProxyProcess:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)
+
+
+def _authentication(config: ProxyConfig) -> Optional[AuthenticationService]:
+    """The providers of ``authentication_providers`` (None when authentication is off); ConfigError when a
+    token key cannot be read."""
+    if not config.authentication_enabled:
+        return None
+    return AuthenticationService.from_settings(config.authentication_providers, token=TokenSettings(
+        secret_key=config.token_secret_key, public_key=config.token_public_key, role_claim=config.token_auth_claim,
+        audience_claim=config.token_audience_claim, audience=config.token_audience))
 
 
 # -- process -----------------------------------------------------------------------------------------------

@@ -1,11 +1,10 @@
-"""TLS of the proxy: the server context of its TLS ports (reloaded when its files change), the client context
-towards brokers, and a TLS upgrade of accepted sockets that keeps idle connections small.
+"""TLS of the proxy's client side: the contexts (from ``magnetar.auth.tls``), and a TLS upgrade of accepted
+sockets that keeps idle connections small.
 
-Certificates. :class:`ServerTls` builds the ``ssl.SSLContext`` from ``tls_cert_file`` / ``tls_key_file`` /
-``tls_trust_certs_file`` and rebuilds it when any of those files' modification time changes (checked at most
-once a second, when a connection arrives), so renewed certificates are served without a restart; a rebuild
-that fails (a half-written file) keeps the previous context and logs why. Client certificates are asked for
-when a trust file is given (verified against it) and required with ``tls_require_trusted_client_cert``.
+Contexts. The TLS ports use a :class:`magnetar.auth.tls.ReloadingServerContext` built from ``tls_cert_file``,
+``tls_key_file`` and ``tls_trust_certs_file``: renewed certificate files are served to new connections within
+a second, without a restart. Client certificates are asked for when a trust file is given (verified against
+it) and required with ``tls_require_trusted_client_cert``. Towards brokers, :func:`broker_client_context`.
 
 Idle memory. asyncio's TLS transport gives every connection a 256 KiB receive buffer, allocated and zeroed
 when the connection is made: 10,000 idle clients would hold 2.5 GiB. :func:`start_tls_server` upgrades an
@@ -19,88 +18,45 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import ssl
-import time
 from asyncio import sslproto
 from typing import Optional
 
+from magnetar.auth.tls import ReloadingServerContext, TlsSettings, client_context, handshake_failure
+
 from .config import ProxyConfig
 
-__all__ = ["ServerTls", "broker_client_context", "failure_reason", "start_tls_server"]
+__all__ = ["broker_client_context", "failure_reason", "server_tls", "start_tls_server"]
 
 log = logging.getLogger("proxy.tls")
 
-_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
-_RELOAD_CHECK_INTERVAL_S = 1.0
 _RECEIVE_BUFFER_BYTES = 16 * 1024
 
 
-def _server_context(config: ProxyConfig) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = _VERSIONS[config.tls_min_protocol]
-    if config.tls_ciphers:
-        ctx.set_ciphers(config.tls_ciphers)
-    ctx.load_cert_chain(config.tls_cert_file, config.tls_key_file)
-    if config.tls_trust_certs_file:
-        ctx.load_verify_locations(cafile=config.tls_trust_certs_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED if config.tls_require_trusted_client_cert else ssl.CERT_OPTIONAL
-    return ctx
-
-
-class ServerTls:
-    """The TLS ports' context, rebuilt when its files change (see the module docstring).
+def server_tls(config: ProxyConfig) -> ReloadingServerContext:
+    """The TLS ports' context, reloaded when its files change.
 
     Raises:
-        ssl.SSLError, OSError: at construction, when the files cannot be loaded.
+        ConfigError: the files cannot be read or used.
     """
-
-    def __init__(self, config: ProxyConfig) -> None:
-        self._config = config
-        self._files = [f for f in (config.tls_cert_file, config.tls_key_file, config.tls_trust_certs_file) if f]
-        self._stamp = self._mtimes()
-        self._context = _server_context(config)
-        self._checked = time.monotonic()
-        self.reloads = 0
-
-    def _mtimes(self) -> tuple[float, ...]:
-        stamps = []
-        for path in self._files:
-            try:
-                stamps.append(os.stat(path).st_mtime)
-            except OSError:
-                stamps.append(-1.0)
-        return tuple(stamps)
-
-    def context(self) -> ssl.SSLContext:
-        """The current context (rebuilt first if a file changed since the last check)."""
-        now = time.monotonic()
-        if now - self._checked >= _RELOAD_CHECK_INTERVAL_S:
-            self._checked = now
-            stamp = self._mtimes()
-            if stamp != self._stamp:
-                try:
-                    self._context = _server_context(self._config)
-                except (ssl.SSLError, OSError, ValueError) as e:
-                    log.warning("TLS files changed but cannot be loaded (still serving the previous ones): %s", e)
-                else:
-                    self._stamp = stamp
-                    self.reloads += 1
-                    log.info("TLS certificate reloaded from %s", self._config.tls_cert_file)
-        return self._context
+    return ReloadingServerContext(TlsSettings(
+        cert_file=config.tls_cert_file, key_file=config.tls_key_file, trust_certs_file=config.tls_trust_certs_file,
+        require_client_cert=config.tls_require_trusted_client_cert, min_protocol=config.tls_min_protocol,
+        ciphers=config.tls_ciphers))
 
 
 def broker_client_context(config: ProxyConfig, *, cert_file: str = "", key_file: str = "") -> ssl.SSLContext:
     """The context the proxy connects to brokers' TLS ports with: verified against
     ``broker_client_trust_certs_file`` (or the system's CAs), host names checked during the handshake when
-    ``tls_hostname_verification_enabled``, and the proxy's own certificate when it authenticates by TLS."""
-    ctx = ssl.create_default_context(cafile=config.broker_client_trust_certs_file or None)
-    ctx.minimum_version = _VERSIONS[config.tls_min_protocol]
-    ctx.check_hostname = config.tls_hostname_verification_enabled
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file)
-    return ctx
+    ``tls_hostname_verification_enabled``, and the proxy's own certificate when it authenticates by TLS.
+
+    Raises:
+        ConfigError: the files cannot be read or used.
+    """
+    return client_context(TlsSettings(cert_file=cert_file, key_file=key_file,
+                                      trust_certs_file=config.broker_client_trust_certs_file,
+                                      min_protocol=config.tls_min_protocol, ciphers=config.tls_ciphers),
+                          verify_hostname=config.tls_hostname_verification_enabled)
 
 
 class _CompactSSLProtocol(sslproto.SSLProtocol):
@@ -154,16 +110,11 @@ async def start_tls_server(transport: asyncio.BaseTransport, protocol: asyncio.B
 
 def failure_reason(exc: BaseException) -> str:
     """The ``magnetar_proxy_auth_failures_total`` reason of a failed TLS handshake: ``no_client_cert``,
-    ``untrusted_cert``, ``handshake_timeout`` or ``tls_handshake`` (not TLS at all, no common protocol...)."""
+    ``untrusted_cert``, or ``malformed`` (not TLS at all, no common protocol...), as
+    :func:`magnetar.auth.tls.handshake_failure` names them; ``handshake_timeout`` when it took too long."""
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return "handshake_timeout"
-    text = f"{getattr(exc, 'reason', '')} {exc}".upper()
-    if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in text or "CERTIFICATE_REQUIRED" in text:
-        return "no_client_cert"
-    if any(word in text for word in ("CERTIFICATE_VERIFY_FAILED", "UNKNOWN_CA", "BAD_CERTIFICATE",
-                                     "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE", "CERTIFICATE_EXPIRED")):
-        return "untrusted_cert"
-    return "tls_handshake"
+    return handshake_failure(exc).reason
 
 
 def peer_certificate(transport: Optional[asyncio.BaseTransport]) -> Optional[dict]:

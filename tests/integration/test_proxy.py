@@ -151,7 +151,7 @@ async def test_a_plain_text_client_on_the_tls_port_is_refused_and_counted(region
             await asyncio.to_thread(plain.create_producer, "persistent://public/default/plain-on-tls")
     finally:
         plain.close()
-    assert proxy.metric('magnetar_proxy_auth_failures_total{reason="tls_handshake"}') >= 2
+    assert proxy.metric('magnetar_proxy_auth_failures_total{reason="malformed"}') >= 2
     client = tls_client(proxy, ca)  # the TLS port still serves
     try:
         producer = await asyncio.to_thread(client.create_producer, "persistent://public/default/after-plain")

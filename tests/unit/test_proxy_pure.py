@@ -228,6 +228,12 @@ def test_the_sample_proxy_toml_loads() -> None:
     ({"max_concurrent_inbound_connections_per_ip": -1}, "per_ip"),
     ({"handshake_timeout_ms": 0}, "handshake_timeout_ms must be positive"),
     ({"zookeeper": " "}, "zookeeper"),
+    ({"authentication_enabled": True}, "needs authentication_providers"),
+    ({"authentication_enabled": True, "authentication_providers": ["kerberos"]}, "unknown provider"),
+    ({"authentication_enabled": True, "authentication_providers": ["token"]}, "token_secret_key"),
+    ({"authentication_enabled": True, "authentication_providers": ["tls"]}, "tls_trust_certs_file"),
+    ({"authorization_enabled": True}, "needs authentication_enabled"),
+    ({"authentication_refresh_check_ms": 0}, "authentication_refresh_check_ms must be positive"),
 ])
 def test_inconsistent_settings_are_refused_naming_the_setting(changes, message) -> None:
     values = {"data_dir": "/tmp/p", "zookeeper": "zk:2181", "tls_cert_file": "c.pem", "tls_key_file": "k.pem",
@@ -269,7 +275,7 @@ def test_metrics_carry_pulsars_proxy_names() -> None:
 
 def test_tls_handshake_failures_are_named_by_reason() -> None:
     def err(reason: str) -> ssl.SSLError:
-        e = ssl.SSLError(1, f"[SSL: {reason}] {reason.lower()}")
+        e = ssl.SSLError(1, f"[SSL: {reason}] {reason.lower().replace('_', ' ')} (_ssl.c:1006)")
         e.reason = reason
         return e
 
@@ -277,6 +283,29 @@ def test_tls_handshake_failures_are_named_by_reason() -> None:
     assert failure_reason(err("TLSV13_ALERT_CERTIFICATE_REQUIRED")) == "no_client_cert"
     assert failure_reason(err("CERTIFICATE_VERIFY_FAILED")) == "untrusted_cert"
     assert failure_reason(err("TLSV1_ALERT_UNKNOWN_CA")) == "untrusted_cert"
-    assert failure_reason(err("WRONG_VERSION_NUMBER")) == "tls_handshake"
-    assert failure_reason(err("HTTP_REQUEST")) == "tls_handshake"
+    assert failure_reason(err("WRONG_VERSION_NUMBER")) == "malformed"
+    assert failure_reason(err("HTTP_REQUEST")) == "malformed"
     assert failure_reason(TimeoutError()) == "handshake_timeout"
+
+
+# -- HTTP headers towards brokers ------------------------------------------------------------------------------
+
+
+def test_forwarded_http_requests_carry_the_proxys_credentials_and_never_a_clients_principal() -> None:
+    from aiohttp.test_utils import make_mocked_request
+    from multidict import CIMultiDict
+
+    from proxy.http import ForwardingSettings, _request_headers
+
+    request = make_mocked_request("GET", "/admin/v2/tenants", headers=CIMultiDict({
+        "Authorization": "Bearer client-token", "X-Original-Principal": "root", "Connection": "keep-alive",
+        "Accept": "application/json"}))
+    open_proxy = ForwardingSettings(session=None, timeout_s=1, stats=ProxyStats())  # type: ignore[arg-type]
+    headers = _request_headers(request, role=None, forwarding=open_proxy)
+    assert headers["Authorization"] == "Bearer client-token" and "X-Original-Principal" not in headers
+    assert "Connection" not in headers and headers["Accept"] == "application/json"
+    secured = ForwardingSettings(session=None, timeout_s=1, stats=ProxyStats(),  # type: ignore[arg-type]
+                                 authentication=object(), proxy_headers=lambda: {"Authorization": "Bearer proxy"})
+    headers = _request_headers(request, role="alice", forwarding=secured)
+    assert headers["Authorization"] == "Bearer proxy" and headers["X-Original-Principal"] == "alice"
+    assert headers.getall("X-Original-Principal") == ["alice"]
