@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from magnetar.protocol import ProtocolError, encode_command, pb, wrap
 
 from .errors import BrokerUnavailableError, ProxyError
-from .handshake import decode_one, split_frame
+from .handshake import PROXY_VERSION, decode_one, split_frame
 from .metrics import ProxyStats
 from .targets import BrokerEndpoint
 
@@ -175,7 +175,7 @@ class BrokerLink(asyncio.Protocol):
             elif cmd.type == T.AUTH_CHALLENGE:
                 method, data = self._credentials()
                 self.transport.write(encode_command(wrap(pb.CommandAuthResponse(  # type: ignore[union-attr]
-                    client_version="magnetar-proxy", protocol_version=cmd.authChallenge.protocol_version,
+                    client_version=PROXY_VERSION, protocol_version=cmd.authChallenge.protocol_version,
                     response=pb.AuthData(auth_method_name=method, auth_data=data)))))
             elif cmd.type == T.PING:
                 self.transport.write(encode_command(wrap(pb.CommandPong())))  # type: ignore[union-attr]

@@ -28,7 +28,8 @@ from tests.kit.brokers import start_brokers
 from tests.kit.certs import TestCa
 from tests.kit.process import python_command
 from tests.kit.proxies import start_proxy
-from tests.kit.wait import wait_for_async
+from tests.kit.regions import http_json
+from tests.kit.wait import wait_for, wait_for_async
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -495,3 +496,34 @@ async def test_a_consumer_that_stops_reading_holds_the_broker_back_not_the_proxy
                     received += max(1, frame.metadata.num_messages_in_batch)
     assert received == count
     writer.close()
+
+
+# -- failover ------------------------------------------------------------------------------------------------
+
+
+def test_clients_through_the_proxy_carry_on_when_the_owner_broker_dies(region) -> None:
+    brokers, proxy, ca = region
+    topic = "persistent://public/default/survives-a-broker"
+    client = tls_client(proxy, ca)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, send_timeout_millis=60_000)
+        for n in range(20):
+            producer.send(f"m{n}".encode())
+        owner_url = http_json("GET", f"{proxy.http_url}/lookup/v2/topic/persistent/public/default/"
+                                     f"survives-a-broker")["brokerUrl"]
+        owner = next(b for b in brokers if b.pulsar_url == owner_url)
+        owner.kill()  # SIGKILL: its forwarded connections drop; lookups through the proxy find the survivor
+        for n in range(20, 40):
+            producer.send(f"m{n}".encode())
+        got: dict[bytes, None] = {}
+        while len(got) < 40:  # every acknowledged message, in order (at least once across the failover)
+            msg = consumer.receive(timeout_millis=30_000)
+            got.setdefault(msg.data())
+            consumer.acknowledge(msg)
+        assert list(got) == [f"m{n}".encode() for n in range(40)]
+    finally:
+        client.close()
+    assert proxy.process.alive
+    wait_for(lambda: "1 broker(s)" in urllib.request.urlopen(f"{proxy.http_url}/health").read().decode(), 30,
+             what="the proxy forgot the dead broker")
