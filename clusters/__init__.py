@@ -3,7 +3,8 @@
 Topology files are TOML (schema in ``clusters.topology``); ``standalone.toml`` here is one region with a
 ZooKeeper and three bookies. Process kinds (how to run a ZooKeeper, a bookie, ...) live in
 ``clusters.kinds``; the supervisor and the data-dir files it keeps in ``clusters.supervisor`` and
-``clusters.runtime``; the `up`, `down` and `status` commands in ``clusters.commands``.
+``clusters.runtime``; the `up`, `down` and `status` commands in ``clusters.commands``; the CA,
+certificates and tokens of a topology with proxies in ``clusters.security``.
 """
 
 import pathlib

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import json
 import pathlib
+import ssl
 import sys
 import urllib.request
 from dataclasses import dataclass, replace
@@ -26,7 +27,8 @@ from magnetar import zookeeper as zk
 from magnetar.errors import ConfigError
 from magnetar.net import free_port, is_listening
 
-from .topology import BookiesSettings, BrokersSettings, Topology, ZooKeeperSettings
+from . import security
+from .topology import BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
 
 GLOBAL = None  # the region of deployment-wide processes (the global ZooKeeper)
 
@@ -291,7 +293,106 @@ class BrokerKind(ProcessKind):
         }
 
 
-KINDS: dict[str, ProcessKind] = {kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind())}
+class ProxyKind(ProcessKind):
+    """A region's gateway proxy (``magnetar proxy``): ``pulsar+ssl://`` and ``https://`` in front of the region's
+    brokers, started once they are healthy (it forwards only to brokers registered in the region's ZooKeeper).
+
+    Its certificate, the CA clients are verified against, the token key and its own token towards brokers
+    are the deployment's (``clusters.security``); ``admin`` is its superuser. Brokers speak plain
+    ``pulsar://`` until they serve TLS, so it reaches them there (``tls_enabled_with_broker`` off).
+    """
+
+    name = "proxy"
+    tier = 30
+    shown = ("pulsar_ssl", "https")
+
+    def instances(self, topology: Topology) -> list[Instance]:
+        return [
+            Instance(name=f"{region.name}-proxy", kind=self.name, region=region.name, slot="proxy", many=False,
+                     index=1, host=region.proxy.host,
+                     ports={"pulsar_ssl": region.proxy.tls_port, "https": region.proxy.web_tls_port},
+                     settings=region.proxy)
+            for region in topology.regions if region.proxy is not None
+        ]
+
+    def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "proxy.toml"
+
+    def _endpoints_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "data" / "endpoints.json"
+
+    def config(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        """What ``proxy.toml`` says (keys of ``proxy/config.py``)."""
+        s: ProxySettings = inst.settings
+        sec = plan.security
+        global_zk = (plan.endpoints(plan.one(region=GLOBAL, slot="global_zookeeper"))["connect"]
+                     if plan.topology.global_zookeeper is not None else "")
+        return {
+            "cluster": inst.region,
+            "zookeeper": plan.endpoints(plan.one(region=inst.region, slot="zookeeper"))["connect"],
+            "configuration_store": global_zk,
+            "data_dir": str(plan.process_dir(inst) / "data"),
+            "bind_host": inst.host,
+            "advertised_host": inst.host,
+            "port": 0,
+            "tls_port": inst.ports["pulsar_ssl"],
+            "web_port": 0,
+            "web_tls_port": inst.ports["https"],
+            "tls_cert_file": str(sec.server.cert_file),
+            "tls_key_file": str(sec.server.key_file),
+            "tls_trust_certs_file": str(sec.ca_file),
+            "tls_require_trusted_client_cert": s.tls_require_trusted_client_cert,
+            "authentication_enabled": s.authentication_enabled,
+            "authentication_providers": list(s.authentication_providers),
+            "token_secret_key": sec.token_secret_key_url,
+            "authorization_enabled": s.authorization_enabled,
+            "superuser_roles": list(security.SUPERUSER_ROLES),
+            "tls_enabled_with_broker": False,
+            "broker_client_trust_certs_file": str(sec.ca_file),
+            "broker_client_auth_method": "token",
+            "broker_client_auth_params": sec.token_file(security.PROXY_ROLE).as_uri(),
+            **s.extra,
+        }
+
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        path = self.config_path(inst, plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._endpoints_path(inst, plan).unlink(missing_ok=True)  # health must not trust an earlier run
+        path.write_text(
+            f"# Written by the Magnetar supervisor for {inst.name} at every `magnetar up`; edit the topology instead.\n"
+            + dumps_toml(self.config(inst, plan))
+        )
+        return magnetar_command("proxy", "--config", str(path))
+
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        if not self._endpoints_path(inst, plan).exists():
+            return False
+        sec = plan.security
+        try:
+            context = ssl.create_default_context(cafile=str(sec.ca_file))
+            admin = sec.client(security.ADMIN_ROLE)  # in case the topology requires client certificates
+            context.load_cert_chain(str(admin.cert_file), str(admin.key_file))
+            with urllib.request.urlopen(f"https://{inst.host}:{inst.ports['https']}/health", timeout=1,
+                                        context=context) as response:
+                if response.status != 200:
+                    return False
+        except (OSError, ssl.SSLError):
+            return False
+        return is_listening(inst.host, inst.ports["pulsar_ssl"], timeout_s=1)
+
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        https = f"https://{inst.host}:{inst.ports['https']}"
+        return {
+            "pulsar_ssl": f"pulsar+ssl://{inst.host}:{inst.ports['pulsar_ssl']}",
+            "https": https,
+            "metrics": f"{https}/metrics",
+            "config": str(self.config_path(inst, plan)),
+        }
+
+
+KINDS: dict[str, ProcessKind] = {
+    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind(), ProxyKind())
+}
 
 
 # -- the plan: every instance with its ports ----------------------------------------------------------------
@@ -313,6 +414,15 @@ class Plan:
 
     def process_dir(self, inst: Instance) -> pathlib.Path:
         return self.data_dir / inst.name
+
+    @property
+    def security(self) -> security.SecurityFiles:
+        """The deployment's CA, certificates and tokens (made by the supervisor when the topology is secured)."""
+        return security.SecurityFiles(self.data_dir / "security")
+
+    def hosts(self) -> list[str]:
+        """Every host a process binds: what the deployment's server certificate must name."""
+        return list(dict.fromkeys(inst.host for inst in self.instances))
 
     def log_path(self, inst: Instance) -> pathlib.Path:
         return self.data_dir / "logs" / f"{inst.name}.log"

@@ -7,6 +7,7 @@ A data dir holds::
     ports.json       the ports chosen at the first `up`, reused by later ones
     supervisor.lock  flock-ed by the live supervisor for its whole life
     logs/            <process name>.log and supervisor.log
+    security/        a secured topology's CA, certificates, token key and tokens (``clusters.security``)
     <process name>/  each process's data
 
 Pids are only ever signalled together with the start time recorded for them (``/proc/<pid>/stat`` field

@@ -20,8 +20,10 @@ import subprocess
 import time
 from typing import Any, Optional
 
+from magnetar.errors import MagnetarError
 from magnetar.net import is_listening
 
+from . import security
 from .kinds import Instance, Plan
 from .runtime import (
     STATE_VERSION,
@@ -163,6 +165,11 @@ class Supervisor:
     def _start_all(self) -> Optional[tuple[Optional[str], str]]:
         """Starts tier after tier; returns (failing process or None, why) on failure, None on success."""
         timeout_s = self.plan.topology.supervisor.startup_timeout_s
+        if self.plan.topology.secured:
+            try:
+                self._prepare_security()
+            except (MagnetarError, OSError) as err:
+                return None, f"cannot make the deployment's certificates and tokens: {err}"
         for tier in self.plan.tiers():
             for inst in tier:
                 for port_name, port in inst.ports.items():
@@ -176,6 +183,15 @@ class Supervisor:
             if failure is not None:
                 return failure
         return None
+
+    def _prepare_security(self) -> None:
+        """The CA, certificates and tokens the processes' configs name, made at the first ``up`` (kept after)."""
+        directory = self.plan.security.directory
+        _, made = security.ensure(directory, hosts=self.plan.hosts())
+        if made:
+            log.info("security material in %s: made %s", directory, ", ".join(made))
+        else:
+            log.info("security material in %s: kept from an earlier up", directory)
 
     def _spawn(self, inst: Instance) -> None:
         argv = self.plan.kind(inst).command(inst, self.plan)
@@ -274,6 +290,8 @@ def topology_document(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
     }
     if plan.topology.global_zookeeper is not None:
         doc["global_zookeeper"] = None  # filled below; placed before the regions for readers
+    if plan.topology.secured:
+        doc["security"] = plan.security.document()
     doc["regions"] = {region.name: {} for region in plan.topology.regions}
     for inst in plan.instances:
         record = records[inst.name]

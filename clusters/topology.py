@@ -31,6 +31,19 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     port_base = 0                  # binary protocol (pulsar://); non-zero: broker n gets base + n - 1
     http_port_base = 0             # admin REST, lookup and /metrics
     # any other key is copied into every broker's broker.toml (e.g. default_namespace_bundles = 8)
+    [regions.proxy]                # absent: no proxy; present: the region's gateway, started after its brokers
+    host = "127.0.0.1"
+    tls_port = 0                   # pulsar+ssl:// (0: picked and remembered, like every port)
+    web_tls_port = 0               # https:// (admin REST and lookups forwarded to the brokers, /metrics, /health)
+    authentication_enabled = true  # clients need a token or a client certificate of the deployment's CA
+    authentication_providers = ["token", "tls"]
+    authorization_enabled = true   # lookups need produce or consume granted to the client's role
+    tls_require_trusted_client_cert = false
+    # any other key is copied into the proxy's proxy.toml (e.g. max_concurrent_inbound_connections = 5000)
+
+A topology with a proxy gets security material at its first ``up`` (``clusters.security``): a development
+CA, a server certificate for the deployment's hosts, client certificates and tokens for its roles, in
+``<data-dir>/security/``; ``topology.json`` names them.
 
 Adding a process kind means adding its settings dataclass here (one field per key, the type annotation is
 the check, ``problems()`` for the rest), a line in :func:`_parse_region`, and a spec in ``clusters.kinds``.
@@ -125,13 +138,7 @@ class BookiesSettings:
             grpc = set(range(self.grpc_port_base, self.grpc_port_base + self.count))
             if grpc & set(range(self.http_port_base, self.http_port_base + self.count)):
                 yield "http_port_base", "the gRPC and HTTP port ranges overlap"
-        for key, value in self.extra.items():
-            if key in self.RESERVED:
-                yield key, "is set by the supervisor for each bookie and cannot be given here"
-            elif not _is_toml_scalar(value) and not (
-                isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
-            ):
-                yield key, f"passed through to bookie.toml, so it must be a scalar or an array of scalars, got {describe(value)}"
+        yield from _passthrough_problems(self.extra, self.RESERVED, "bookie.toml", "each bookie")
 
 
 @dataclass(frozen=True)
@@ -169,13 +176,53 @@ class BrokersSettings:
             binary = set(range(self.port_base, self.port_base + self.count))
             if binary & set(range(self.http_port_base, self.http_port_base + self.count)):
                 yield "http_port_base", "the binary-protocol and HTTP port ranges overlap"
-        for key, value in self.extra.items():
-            if key in self.RESERVED:
-                yield key, "is set by the supervisor for each broker and cannot be given here"
-            elif not _is_toml_scalar(value) and not (
-                isinstance(value, list) and all(_is_toml_scalar(v) for v in value)
-            ):
-                yield key, f"passed through to broker.toml, so it must be a scalar or an array of scalars, got {describe(value)}"
+        yield from _passthrough_problems(self.extra, self.RESERVED, "broker.toml", "each broker")
+
+
+_PROXY_PROVIDERS = ("tls", "token")
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    """``[regions.proxy]``: the region's gateway proxy (``magnetar proxy``), TLS only: clients reach it at
+    ``pulsar+ssl://`` and ``https://``, with the deployment's CA (``clusters.security``) behind both.
+
+    Authentication and authorization default to on: a proxy is where credentials are checked. Keys not
+    declared here go to ``extra`` and are copied into ``proxy.toml`` (scalars only, never a key the supervisor
+    sets: :attr:`RESERVED`).
+    """
+
+    host: str = "127.0.0.1"
+    tls_port: int = 0
+    web_tls_port: int = 0
+    authentication_enabled: bool = True
+    authentication_providers: tuple[str, ...] = ("token", "tls")
+    authorization_enabled: bool = True
+    tls_require_trusted_client_cert: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    PASSTHROUGH: ClassVar[bool] = True
+    RESERVED: ClassVar[frozenset[str]] = frozenset(
+        {"cluster", "zookeeper", "configuration_store", "data_dir", "bind_host", "advertised_host", "port",
+         "web_port", "tls_cert_file", "tls_key_file", "tls_trust_certs_file", "token_secret_key",
+         "token_public_key", "superuser_roles", "broker_client_auth_method", "broker_client_auth_params",
+         "broker_client_trust_certs_file", "tls_enabled_with_broker"}
+    )
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from _host_problems("host", self.host)
+        for key in ("tls_port", "web_tls_port"):
+            yield from _port_problems(key, getattr(self, key))
+        if self.tls_port and self.tls_port == self.web_tls_port:
+            yield "web_tls_port", f"must differ from tls_port (both {self.tls_port})"
+        unknown = [p for p in self.authentication_providers if p not in _PROXY_PROVIDERS]
+        if unknown:
+            yield "authentication_providers", f"unknown provider {unknown[0]!r} (known: {', '.join(_PROXY_PROVIDERS)})"
+        if self.authentication_enabled and not self.authentication_providers:
+            yield "authentication_providers", "empty, but authentication_enabled needs at least one provider"
+        if self.authorization_enabled and not self.authentication_enabled:
+            yield "authorization_enabled", "needs authentication_enabled (roles come from authentication)"
+        yield from _passthrough_problems(self.extra, self.RESERVED, "proxy.toml", "proxy")
 
 
 @dataclass(frozen=True)
@@ -186,6 +233,7 @@ class Region:
     zookeeper: ZooKeeperSettings
     bookies: Optional[BookiesSettings] = None
     brokers: Optional[BrokersSettings] = None
+    proxy: Optional[ProxySettings] = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +253,11 @@ class Topology:
     supervisor: SupervisorSettings
     global_zookeeper: Optional[ZooKeeperSettings]
     regions: tuple[Region, ...]
+
+    @property
+    def secured(self) -> bool:
+        """Whether the deployment needs security material (a CA, certificates, tokens): it has a proxy."""
+        return any(region.proxy is not None for region in self.regions)
 
     def region(self, name: str) -> Region:
         for region in self.regions:
@@ -279,12 +332,15 @@ class _Parser:
         )
 
     def _region(self, raw: dict[str, Any], where: str) -> Region:
-        self._no_unknown(raw, {"name", "zookeeper", "bookies", "brokers"}, where)
+        self._no_unknown(raw, {"name", "zookeeper", "bookies", "brokers", "proxy"}, where)
         name = self._name(raw, "name", where)
         zookeeper = self.section(ZooKeeperSettings, raw.get("zookeeper", {}), f"{where}.zookeeper")
         bookies = self.section(BookiesSettings, raw["bookies"], f"{where}.bookies") if "bookies" in raw else None
         brokers = self.section(BrokersSettings, raw["brokers"], f"{where}.brokers") if "brokers" in raw else None
-        return Region(name=name, zookeeper=zookeeper, bookies=bookies, brokers=brokers)
+        proxy = self.section(ProxySettings, raw["proxy"], f"{where}.proxy") if "proxy" in raw else None
+        if proxy is not None and brokers is None:
+            raise self.error(f"{where}.proxy", "a proxy fronts the region's brokers, but the region has no [regions.brokers]")
+        return Region(name=name, zookeeper=zookeeper, bookies=bookies, brokers=brokers, proxy=proxy)
 
     def _name(self, table: dict[str, Any], key: str, where: str) -> str:
         path = f"{where}.{key}" if where else key
@@ -338,6 +394,16 @@ def _port_problems(key: str, port: int) -> Iterator[tuple[str, str]]:
 def _host_problems(key: str, host: str) -> Iterator[tuple[str, str]]:
     if not host or any(c.isspace() for c in host) or "/" in host:
         yield key, f"not a host name or address: {host!r}"
+
+
+def _passthrough_problems(extra: Mapping[str, Any], reserved: frozenset[str], file: str,
+                          whom: str) -> Iterator[tuple[str, str]]:
+    """Keys copied into a process's config file: never one the supervisor sets, only scalars or arrays of them."""
+    for key, value in extra.items():
+        if key in reserved:
+            yield key, f"is set by the supervisor for {whom} and cannot be given here"
+        elif not _is_toml_scalar(value) and not (isinstance(value, list) and all(_is_toml_scalar(v) for v in value)):
+            yield key, f"passed through to {file}, so it must be a scalar or an array of scalars, got {describe(value)}"
 
 
 def _is_toml_scalar(value: Any) -> bool:
