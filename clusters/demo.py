@@ -1,8 +1,14 @@
 """``magnetar demo`` (``make demo``): bring a local deployment up, run the main job, show the result.
 
 With the default topology (``clusters/local.toml``: regions us-east and eu-west, each with its own
-ZooKeeper, three bookies and two brokers, plus the global configuration store) the main job is
-geo-replication as unmodified Pulsar applications (the official ``pulsar-client``) see it:
+ZooKeeper, three bookies, two brokers and a gateway proxy, plus the global configuration store) the main job
+is geo-replication as unmodified Pulsar applications (the official ``pulsar-client``) see it, from outside:
+through each region's proxy at ``pulsar+ssl://`` (the deployment's CA trusted, host names verified) with a
+token of the ``demo-app`` role, and admin calls at the proxy's ``https://`` with the ``admin`` token
+(``clusters.demo_access``). The demo grants ``demo-app`` produce and consume on its namespace, then:
+
+0. **Refusals.** At each proxy, a client without credentials and a role without permission get nothing
+   (refused, counted in the proxy's metrics, no topic created).
 
 1. **Exchange.** Tenant ``acme`` and namespace ``acme/geo`` replicated to every region. In each region one
    producer sends N messages of about 1 KiB at a steady rate, each carrying its origin region, its sequence
@@ -34,7 +40,7 @@ import pathlib
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Optional
 
 from rich.console import Console
@@ -42,6 +48,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from magnetar.admin_client import AdminClient, AdminError
+
+from .demo_access import (Check, RegionAccess, access_of, grant_app, pulsar_client, refusals, try_it_lines,
+                          wait_granted)
+from .security import APP_ROLE
 
 REPO_CLUSTERS = pathlib.Path(__file__).resolve().parent
 DEFAULT_TOPOLOGY = REPO_CLUSTERS / "local.toml"
@@ -57,27 +67,25 @@ _IDLE_TIMEOUT_S = 30.0  # a consumer that receives nothing for this long after t
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
 # ----------------------------------------------------------------------------------------------- deployment
 
 
 def _ensure_deployment(data_dir: pathlib.Path, topology: pathlib.Path) -> int:
     """Reuses a complete deployment of ``topology`` in ``data_dir``, else stops what is left and starts it."""
-    from clusters.runtime import DataDir, group_alive, is_alive
     from clusters.commands import down, up
+    from clusters.kinds import KINDS
+    from clusters.runtime import DataDir, group_alive, is_alive
+    from clusters.topology import load
 
     ddir = DataDir(data_dir)
     state = ddir.read_state()
     if state:
         sup = state.get("supervisor") or {}
         records = state.get("processes") or []
-        same = pathlib.Path(state.get("topology_file") or "").resolve() == topology.resolve()
+        # The same file, and the processes it names now (a deployment from before a proxy was added is stale).
+        wanted = sorted(i.name for kind in KINDS.values() for i in kind.instances(load(topology)))
+        same = (pathlib.Path(state.get("topology_file") or "").resolve() == topology.resolve()
+                and sorted(r.get("name") for r in records) == wanted)
         complete = (state.get("status") == "running" and is_alive(sup.get("pid"), sup.get("start_ticks"))
                     and all(is_alive(r.get("pid"), r.get("start_ticks")) for r in records))
         if same and complete and ddir.topology_path.exists():
@@ -85,21 +93,13 @@ def _ensure_deployment(data_dir: pathlib.Path, topology: pathlib.Path) -> int:
             return 0
         if is_alive(sup.get("pid"), sup.get("start_ticks")) or any(
                 group_alive(r.get("pid"), r.get("start_ticks")) for r in records):
-            why = "is not complete any more" if same else f"runs another topology ({state.get('name')})"
+            why = "is not complete any more" if same else f"runs another topology (or an older {state.get('name')})"
             console.print(f"The deployment in {data_dir} {why}: stopping it first...")
             code = down(data_dir)
             if code != 0:
                 return code
-    console.print(f"[bold]Starting {topology.name} in {data_dir}[/bold] (ZooKeepers, bookies, brokers)...")
+    console.print(f"[bold]Starting {topology.name} in {data_dir}[/bold] (ZooKeepers, bookies, brokers, proxies)...")
     return up(topology, data_dir, detach=True)
-
-
-def _pulsar_client(url: str, client_log: Optional[pathlib.Path]):
-    import pulsar
-
-    logger = (pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(client_log)) if client_log
-              else pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
-    return pulsar.Client(url, operation_timeout_seconds=30, logger=logger)
 
 
 def _new_histogram():
@@ -250,7 +250,7 @@ def exchange(topo: dict[str, Any], topic: str, *, messages: int, size_bytes: int
     import pulsar
 
     regions = list(topo["regions"])
-    clients = {r: _pulsar_client(topo["regions"][r]["brokers"][0]["pulsar"], client_log) for r in regions}
+    clients = {r: pulsar_client(access_of(topo, r), client_log) for r in regions}
     received: dict[str, list] = {r: [] for r in regions}
     sent = {r: [0] for r in regions}
     stop = threading.Event()
@@ -321,7 +321,7 @@ def audit(received: dict[str, list], regions: list[str], messages: int) -> tuple
 def wait_drained(topo: dict[str, Any], topic: str, timeout_s: float = 30.0) -> tuple[Check, dict]:
     """Polls each region's topic stats until every replication backlog is 0 and every replicator connected."""
     regions = list(topo["regions"])
-    admins = {r: AdminClient(topo["regions"][r]["brokers"][0]["http"]) for r in regions}
+    admins = {r: access_of(topo, r).admin() for r in regions}
     deadline = time.monotonic() + timeout_s
     while True:
         stats = {r: _region_stats(admins[r], topic, AUDIT_SUBSCRIPTION) for r in regions}
@@ -355,14 +355,14 @@ def _tracker(progress: Optional[Progress], description: str, total: int) -> Call
     return lambda done: progress.update(task, completed=done)
 
 
-def _produce_then_ack_half(url: str, region: str, topic: str, messages: int, rate: float,
+def _produce_then_ack_half(access: RegionAccess, region: str, topic: str, messages: int, rate: float,
                            client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> int:
     """The application in ``region``: subscribes (replicated), publishes ``messages`` at ``rate`` (so that
     snapshots, one per second, fall between them as in a live application), acknowledges the first half
     and leaves. Returns the last sequence number acknowledged."""
     import pulsar
 
-    client = _pulsar_client(url, client_log)
+    client = pulsar_client(access, client_log)
     try:
         consumer = client.subscribe(topic, FAILOVER_SUBSCRIPTION, replicate_subscription_state_enabled=True,
                                     initial_position=pulsar.InitialPosition.Earliest)
@@ -399,12 +399,12 @@ def _wait_followed(admin: AdminClient, topic: str, timeout_s: float = 20.0) -> O
     return round(moved_at - started, 2) if moved_at else None
 
 
-def _resume(url: str, region: str, topic: str, messages: int, last_acked: int,
+def _resume(access: RegionAccess, region: str, topic: str, messages: int, last_acked: int,
             client_log: Optional[pathlib.Path], progress: Optional[Progress]) -> list[int]:
     """The application again, in ``region``: the sequence numbers it receives up to the last one."""
     import pulsar
 
-    client = _pulsar_client(url, client_log)
+    client = pulsar_client(access, client_log)
     seqs: list[int] = []
     try:
         consumer = client.subscribe(topic, FAILOVER_SUBSCRIPTION, replicate_subscription_state_enabled=True,
@@ -429,10 +429,10 @@ def failover(topo: dict[str, Any], topic: str, *, messages: int, rate: float,
     """Consume + acknowledge half of ``topic`` in the first region through a replicated subscription, then
     continue in the second region: where did it resume, and was anything skipped?"""
     first, second = list(topo["regions"])[:2]
-    urls = {r: topo["regions"][r]["brokers"][0] for r in (first, second)}
-    last_acked = _produce_then_ack_half(urls[first]["pulsar"], first, topic, messages, rate, client_log, progress)
-    followed_after_s = _wait_followed(AdminClient(urls[second]["http"]), topic)
-    seqs = _resume(urls[second]["pulsar"], second, topic, messages, last_acked, client_log, progress)
+    access = {r: access_of(topo, r) for r in (first, second)}
+    last_acked = _produce_then_ack_half(access[first], first, topic, messages, rate, client_log, progress)
+    followed_after_s = _wait_followed(access[second].admin(), topic)
+    seqs = _resume(access[second], second, topic, messages, last_acked, client_log, progress)
     resumed = seqs[0] if seqs else None
     info = {"from": first, "to": second, "messages": messages, "rate": rate, "last_acked_seq": last_acked,
             "followed_after_s": followed_after_s, "resumed_at_seq": resumed, "received": len(seqs),
@@ -465,10 +465,22 @@ def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 10
     run_id = time.strftime("%H%M%S") + f"-{os.getpid() % 10_000}"
     topic = f"persistent://{NAMESPACE}/events-{run_id}"
     failover_topic = f"persistent://{NAMESPACE}/orders-{run_id}"
-    replicate_namespace(AdminClient(topo["regions"][regions[0]]["brokers"][0]["http"]), regions)
+    accesses = [access_of(topo, r) for r in regions]
+    replicate_namespace(accesses[0].admin(), regions)
+    checks: list[Check] = []
+    if any(a.through_proxy for a in accesses):
+        try:
+            grant_app(accesses[0].admin(), NAMESPACE)
+            for access in accesses:
+                wait_granted(access, topic, client_log)
+            checks.append(Check(f"{APP_ROLE} granted produce and consume", True,
+                                f"on {NAMESPACE}, through the {regions[0]} proxy with the admin token; "
+                                f"effective at every proxy"))
+        except Exception as exc:  # noqa: BLE001 - a failed check, with what happened
+            checks.append(Check(f"{APP_ROLE} granted produce and consume", False, f"{type(exc).__name__}: {exc}"))
+        checks += refusals(accesses, NAMESPACE, client_log)
     progress = Progress(TextColumn("{task.description:>28}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console, disable=not show_progress)
-    checks: list[Check] = []
     delays: dict[str, Any] = {}
     stats: dict[str, Any] = {}
     fo: dict[str, Any] = {}
@@ -552,19 +564,16 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
     regions = list(topo["regions"])
 
     if len(regions) >= 2:
+        first = access_of(topo, regions[0])
+        how = (f"through each region's proxy ({first.service_url}, ...) as role {APP_ROLE}" if first.through_proxy
+               else "at each region's first broker")
         console.print(f"\nRegions {', '.join(regions)}: tenant {TENANT}, namespace {NAMESPACE} replicated to all; "
-                      f"each region produces and consumes with pulsar-client (client log: {client_log})...")
+                      f"each region produces and consumes with pulsar-client {how} (client log: {client_log})...")
         report = geo_job(topo, client_log=client_log)
         print_geo_report(report)
         ok = report["ok"]
-        first, second = (topo["regions"][r]["brokers"][0] for r in regions[:2])
         console.print("\nTry it yourself (.venv/bin/magnetar):", markup=False)
-        for line in (
-            f"magnetar admin namespaces get-clusters {NAMESPACE} --data-dir {data_dir}",
-            f"magnetar admin topics stats {report['topic']} --url {first['http']} --json   # 'replication'",
-            f"magnetar produce {first['pulsar']} persistent://{NAMESPACE}/hello -m 'hi from {regions[0]}' -n 3",
-            f"magnetar consume {second['pulsar']} persistent://{NAMESPACE}/hello -s my-sub -n 3   # in {regions[1]}",
-        ):
+        for line in try_it_lines(topo, data_dir, NAMESPACE, report["topic"]):
             console.print(f"  {line}", markup=False, highlight=False)
     else:
         from .demo_standalone import single_region

@@ -1,7 +1,9 @@
 """The single-region demo jobs (``magnetar demo --topology clusters/standalone.toml``): a replicated ledger
 written at E/Qw/Qa 3/2/2 over the bookie processes and read back by a fresh client, then a plain
 pulsar-client application producing through one broker's ``pulsar://`` URL and consuming through the
-other's ``http://`` lookup URL. ``clusters/demo.py`` runs them when the topology has one region.
+other's ``http://`` lookup URL, or, when the region has a proxy, producing and consuming through the proxy
+(``pulsar+ssl://``, a token) after the refusals the proxy makes (``clusters.demo_access``). ``clusters/demo.py``
+runs them when the topology has one region.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any, Optional
 
 from rich.table import Table
 
-from .demo import _new_histogram, _pulsar_client, console
+from .demo import _new_histogram, console
+from .demo_access import RegionAccess, access_of, grant_app, pulsar_client, refusals, wait_granted
+from .security import APP_ROLE
 
 async def _ledger_job(zk_connect: str, entries: int, size: int) -> dict:
     from bookie.client import LedgerClient
@@ -63,13 +67,13 @@ async def _ledger_job(zk_connect: str, entries: int, size: int) -> dict:
         await store.close()
 
 
-def _pulsar_job(produce_url: str, consume_url: str, messages: int, client_log: Optional[pathlib.Path]) -> dict:
+def _pulsar_job(produce: RegionAccess, consume: RegionAccess, topic: str, messages: int,
+                client_log: Optional[pathlib.Path]) -> dict:
     """A plain Pulsar application: what runs against Apache Pulsar runs here unchanged."""
     import pulsar
 
-    topic = f"persistent://public/default/demo-{int(time.time())}"
-    client = _pulsar_client(produce_url, client_log)
-    reader_client = _pulsar_client(consume_url, client_log)
+    client = pulsar_client(produce, client_log)
+    reader_client = pulsar_client(consume, client_log)
     try:
         consumer = reader_client.subscribe(topic, "demo-subscription", consumer_type=pulsar.ConsumerType.Shared)
         producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True,
@@ -116,10 +120,14 @@ def single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, si
     ok = result["identical"]
     brokers = region.get("brokers", [])
     if brokers:
-        produce_url, consume_url, messages = brokers[0]["pulsar"], brokers[-1]["http"], 20_000
-        console.print(f"\nA Pulsar application (pulsar-client) sends {messages:,} messages through {produce_url} "
-                      f"and consumes them through {consume_url}...")
-        pj = _pulsar_job(produce_url, consume_url, messages, client_log)
+        produce = access_of(topo, region_name)
+        consume = produce if produce.through_proxy else RegionAccess(region_name, brokers[-1]["http"], brokers[-1]["http"])
+        topic, messages = f"persistent://public/default/demo-{int(time.time())}", 20_000
+        if produce.through_proxy:
+            ok = _secured(produce, topic, client_log) and ok
+        console.print(f"\nA Pulsar application (pulsar-client) sends {messages:,} messages through "
+                      f"{produce.service_url} and consumes them through {consume.service_url}...")
+        pj = _pulsar_job(produce, consume, topic, messages, client_log)
         table = Table(title=f"Topic {pj['topic']}")
         table.add_column("what")
         table.add_column("value", justify="right")
@@ -128,8 +136,25 @@ def single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, si
         table.add_row("every message once, in order", "yes" if pj["in_order_once"] else "[red]NO[/red]")
         console.print(table)
         ok = ok and pj["in_order_once"]
-        console.print("\nTry it yourself:")
-        console.print(f"  magnetar produce {produce_url} my-topic -m hello -n 3")
-        console.print(f"  magnetar consume {produce_url} my-topic -s my-sub -n 3")
-        console.print(f"  magnetar admin topics stats {pj['topic']} --data-dir {data_dir}")
+        if not produce.through_proxy:
+            console.print("\nTry it yourself:")
+            console.print(f"  magnetar produce {produce.service_url} my-topic -m hello -n 3")
+            console.print(f"  magnetar consume {produce.service_url} my-topic -s my-sub -n 3")
+            console.print(f"  magnetar admin topics stats {pj['topic']} --data-dir {data_dir}")
     return ok
+
+
+def _secured(access: RegionAccess, topic: str, client_log: Optional[pathlib.Path]) -> bool:
+    """Through the region's proxy: the app role is granted public/default; refusals shown. True when all passed."""
+    namespace = topic.split("://", 1)[1].rsplit("/", 1)[0]
+    grant_app(access.admin(), namespace)
+    wait_granted(access, topic, client_log)
+    checks = refusals([access], namespace, client_log)
+    table = Table(title=f"Through the proxy ({access.service_url}): {APP_ROLE} granted produce and consume on {namespace}")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail")
+    for c in checks:
+        table.add_row(c.name, "[green]pass[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+    console.print(table)
+    return all(c.ok for c in checks)

@@ -1,9 +1,11 @@
 """The demo's main job (`make demo`) against a two-region deployment started here: every check passes.
 
 The job is the geo-replication one of ``clusters/demo.py``: pulsar-client producers and consumers in both
-regions of ``clusters/local.toml`` (every message everywhere exactly once, in order, backlogs drained), then
-a replicated-subscription failover from the first region to the second. Then ``run`` itself, which must
-reuse the running deployment and exit 0.
+regions of ``clusters/local.toml``, through each region's proxy (``pulsar+ssl://``, the deployment's CA, a
+token of the demo-app role granted on the namespace by the job): every message everywhere exactly once, in
+order, backlogs drained; then a replicated-subscription failover from the first region to the second. At
+each proxy a client without credentials and a role without permission are refused, counted, and create
+nothing. Then ``run`` itself, which must reuse the running deployment and exit 0.
 """
 
 from __future__ import annotations
@@ -39,7 +41,21 @@ def test_geo_demo_job_passes_every_check(local) -> None:
     assert report["ok"] and not failed, failed
     names = {c["name"] for c in report["checks"]}
     assert {"every message arrived in every region exactly once", "each producer's order kept in every region",
-            "replication backlogs drained to 0", "nothing skipped after the failover"} <= names
+            "replication backlogs drained to 0", "nothing skipped after the failover",
+            "demo-app granted produce and consume"} <= names
+    details = {c["name"]: c["detail"] for c in report["checks"]}
+    for region in regions:  # what each proxy keeps out, each refusal counted by the proxy
+        unauthenticated = details[f"a client without credentials is refused ({region} proxy)"]
+        assert "Timeout" in unauthenticated and 'reason="no_credentials"} +0' not in unauthenticated
+        assert "nothing created" in unauthenticated
+        ungranted = details[f"a role without permission is refused ({region} proxy)"]
+        assert "AuthorizationError for create_producer, subscribe" in ungranted and "nothing created" in ungranted
+
+    # The job's clients went through the proxies: each proxy relayed their connections, with TLS.
+    for region in regions:
+        access = demo.access_of(topo, region)
+        assert access.service_url.startswith("pulsar+ssl://") and access.through_proxy
+        assert access.proxy_metric("pulsar_proxy_binary_bytes_total") > 2_000 * 1024
     for origin in regions:
         for dest in regions:
             key = f"{origin} -> {dest}" if origin != dest else f"{dest} (local)"

@@ -1,14 +1,20 @@
 """`magnetar up clusters/local.toml`: two regions and the global ZooKeeper as real processes. Each region's
 brokers register it in the global store with every broker's URL, both regions see both clusters, the admin
-CLI sets namespace- and topic-level replication clusters, and `magnetar down` leaves nothing running."""
+CLI sets namespace- and topic-level replication clusters, each region's proxy serves pulsar+ssl:// and https://
+with the deployment's CA and tokens (and refuses clients without credentials or permission), and
+`magnetar down` leaves nothing running."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import ssl
+import stat
+import urllib.error
 import urllib.request
 from typing import Any
 
+import pulsar
 import pytest
 
 from tests.e2e.test_supervisor import assert_all_gone, magnetar, processes_of, running
@@ -30,6 +36,28 @@ def local(tmp_path: pathlib.Path):
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())
+
+
+def https_status(url: str, ca_file: str, token: str = "") -> tuple[int, Any]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(cafile=ca_file)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def proxy_metric(proxy: dict, ca_file: str, prefix: str) -> float:
+    context = ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(proxy["metrics"], timeout=10, context=context) as response:
+        lines = response.read().decode().splitlines()
+    return sum(float(line.rpartition(" ")[2]) for line in lines if line.startswith(prefix))
+
+
+def client(url: str, ca_file: str, token: str | None, timeout_s: int) -> pulsar.Client:
+    return pulsar.Client(url, tls_trust_certs_file_path=ca_file, tls_validate_hostname=True,
+                         authentication=pulsar.AuthenticationToken(token) if token else None,
+                         operation_timeout_seconds=timeout_s, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
 
 
 def admin(url: str, *args: str) -> str:
@@ -90,6 +118,51 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local) -> None:
     assert admin_json(east, "clusters", "get", "spare")["brokerServiceUrl"] == "pulsar://spare-1:6650,spare-2:6650"
     admin(west, "clusters", "delete", "spare")
     assert sorted(admin_json(east, "clusters", "list")) == sorted(REGIONS)
+
+    # -- the proxies: TLS, the deployment's CA and tokens; no credentials or no permission, no data --------
+    security = doc["security"]
+    ca = security["ca_file"]
+    for private in [security["token_secret_key_file"], security["server_key_file"],
+                    *(r["token_file"] for r in security["roles"].values())]:
+        assert stat.S_IMODE(pathlib.Path(private).stat().st_mode) == 0o600, private
+    tokens = {role: pathlib.Path(r["token_file"]).read_text().strip() for role, r in security["roles"].items()}
+    status = magnetar("status", "--data-dir", str(ddir.root), timeout_s=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for region in REGIONS:
+        proxy = doc["regions"][region]["proxy"]
+        assert f"{region}-proxy" in status.stdout and proxy["pulsar_ssl"] in status.stdout
+        clusters_url = proxy["https"] + "/admin/v2/clusters"
+        assert https_status(clusters_url, ca)[0] == 401  # the admin API through the proxy needs credentials
+        assert https_status(clusters_url, ca, tokens["demo-app"])[0] == 200  # authenticated, forwarded
+        code, listed = https_status(clusters_url, ca, tokens["admin"])
+        assert code == 200 and sorted(listed) == sorted(REGIONS)
+
+        topic = f"persistent://acme/geo/proxied-{region}"
+        unauthenticated = proxy_metric(proxy, ca, 'magnetar_proxy_auth_failures_total{reason="no_credentials"}')
+        nobody = client(proxy["pulsar_ssl"], ca, None, timeout_s=3)
+        with pytest.raises(pulsar.Timeout):  # refused at CONNECT; pulsar-client retries until its timeout
+            nobody.create_producer(topic)
+        nobody.close()
+        assert proxy_metric(proxy, ca, 'magnetar_proxy_auth_failures_total{reason="no_credentials"}') > unauthenticated
+        refused = proxy_metric(proxy, ca, "magnetar_proxy_authorization_failures_total")
+        app = client(proxy["pulsar_ssl"], ca, tokens["demo-app"], timeout_s=10)  # valid, but no grant yet
+        with pytest.raises(pulsar.AuthorizationError):
+            app.create_producer(topic)
+        app.close()
+        assert proxy_metric(proxy, ca, "magnetar_proxy_authorization_failures_total") > refused
+        assert f"proxied-{region}" not in admin(east, "topics", "list", "acme/geo")  # nothing created
+
+    admin(east, "namespaces", "grant-permission", "acme/geo", "--role", "demo-app", "--actions", "produce,consume")
+    east_proxy = doc["regions"]["us-east"]["proxy"]
+    app = client(east_proxy["pulsar_ssl"], ca, tokens["demo-app"], timeout_s=10)
+    try:
+        producer = wait_for(lambda: app.create_producer("persistent://acme/geo/proxied"), 30,
+                            what="the grant reaches the us-east proxy", interval_s=0.2)
+        producer.send(b"through the proxy")
+        reader = app.create_reader("persistent://acme/geo/proxied", pulsar.MessageId.earliest)
+        assert reader.read_next(10_000).data() == b"through the proxy"
+    finally:
+        app.close()
 
     # -- down: every process and port of both regions and the global ZooKeeper is gone -----------------
     result = magnetar("down", "--data-dir", str(ddir.root), timeout_s=90)
