@@ -47,7 +47,7 @@ ORIGINAL_PRINCIPAL_KEY = "magnetar.original_principal"
 _OPEN = frozenset(("/metrics", "/health"))
 _TOPIC_READS = ("/partitions", "/stats", "/partitioned-stats", "/internalStats")
 _SCHEMA_READS = ("/schema", "/schemas", "/schema/{version}")
-_TOPIC_ROUTE = "/admin/v2/{domain:persistent|non-persistent}/{tenant}/{namespace}"
+_TOPIC_ROUTE = "/admin/v2/{domain}/{tenant}/{namespace}"  # canonical: without the pattern
 _SUPERUSER_PREFIXES = ("/admin/v2/clusters", "/admin/v2/brokers", "/admin/v2/broker-stats", "/admin/v2/bookies")
 
 

@@ -51,9 +51,11 @@ def connect_command(
     proxy_to_broker_url: str | None = None,
     protocol_version: int = PROTOCOL_VERSION,
     topic_watchers: bool = False,
+    original_principal: str | None = None,
 ) -> pb.BaseCommand:
     """CONNECT as pulsar-client sends it (feature flags: auth refresh, broker entry metadata), announcing topic-list
-    watchers too when ``topic_watchers`` (as Pulsar's Java client does)."""
+    watchers too when ``topic_watchers`` (as Pulsar's Java client does). A proxy names the role its client
+    authenticated as in ``original_principal`` (its own credentials being ``auth_*``)."""
     connect = pb.CommandConnect(
         client_version=client_version,
         protocol_version=protocol_version,
@@ -65,6 +67,8 @@ def connect_command(
         connect.auth_data = auth_data
     if proxy_to_broker_url:
         connect.proxy_to_broker_url = proxy_to_broker_url
+    if original_principal:
+        connect.original_principal = original_principal
     return wrap(connect)
 
 

@@ -87,6 +87,8 @@ class Connection(FrameDispatcher):
         client_version: announced in CONNECT.
         topic_watchers: announce topic-list watchers in CONNECT (``topic_list.TopicListWatch``); whether the
             broker serves them is ``broker_supports_topic_watchers`` once connected.
+        original_principal: sent in CONNECT by a proxy: the role of the client it acts for (``auth`` being
+            the proxy's own credentials).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Connection(FrameDispatcher):
         client_version: str = CLIENT_VERSION,
         protocol_version: int = PROTOCOL_VERSION,
         topic_watchers: bool = False,
+        original_principal: str | None = None,
     ) -> None:
         self.url = parse_service_url(url)
         self.logical_url = parse_service_url(logical_url) if logical_url is not None else self.url
@@ -115,6 +118,7 @@ class Connection(FrameDispatcher):
         self.client_version = client_version
         self.protocol_version = protocol_version
         self.topic_watchers = topic_watchers
+        self.original_principal = original_principal
         self.broker_supports_topic_watchers = False
         self.state = ConnectionState.INIT
         self.server_version = ""
@@ -301,6 +305,7 @@ class Connection(FrameDispatcher):
                     proxy_to_broker_url=proxy_to,
                     protocol_version=self.protocol_version,
                     topic_watchers=self.topic_watchers,
+                    original_principal=self.original_principal,
                 )
             )
         )

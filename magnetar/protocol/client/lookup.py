@@ -51,7 +51,8 @@ class LookupResult:
 class ConnectionPool:
     """One connection per (broker, physical address), shared by every producer, consumer and lookup.
 
-    Connections are created on first use; a closed one is replaced on the next :meth:`get`.
+    Connections are created on first use; a closed one is replaced on the next :meth:`get`. A proxy keeps
+    one pool per client role, each announcing that role as ``original_principal``.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class ConnectionPool:
         operation_timeout_s: float = 30.0,
         keep_alive_interval_s: float = 30.0,
         client_version: str = CLIENT_VERSION,
+        original_principal: str | None = None,
     ) -> None:
         self.ssl_context = ssl_context
         self.auth = auth
@@ -70,6 +72,7 @@ class ConnectionPool:
         self.operation_timeout_s = operation_timeout_s
         self.keep_alive_interval_s = keep_alive_interval_s
         self.client_version = client_version
+        self.original_principal = original_principal
         self._conns: dict[tuple[str, str], Connection] = {}
         self._retired: set[Connection] = set()
         self._closed = False
@@ -106,6 +109,7 @@ class ConnectionPool:
                 operation_timeout_s=self.operation_timeout_s,
                 keep_alive_interval_s=self.keep_alive_interval_s,
                 client_version=self.client_version,
+                original_principal=self.original_principal,
             )
             self._conns[key] = conn
         try:
