@@ -15,8 +15,12 @@ each connection's credentials are looked at: credentials that expire before the 
 (AUTH_CHALLENGE with Pulsar's ``"refresh"`` data) if the client announced ``supports_auth_refresh``; the
 client answers AUTH_RESPONSE with fresh ones (pulsar-client asks its token supplier again), which must name
 the same role. A challenge still unanswered when the credentials expire, or a client that cannot refresh,
-gets the connection closed; so does a refused or role-changing refresh. (Pulsar challenges only after the
-expiry; challenging one check ahead keeps a refreshing client's connection valid throughout.)
+gets the connection closed; so does a refused or role-changing refresh, or one whose credentials are already
+expired (a client certificate past its notAfter). (Pulsar challenges only after the expiry; challenging one
+check ahead keeps a refreshing client's connection valid throughout.) A connection from a proxy (with an
+original principal) is never challenged: the proxy splices the client's bytes, so the client would answer
+with its own credentials; it is closed when the proxy's credentials expire, as Pulsar does when the proxy does
+not forward the client's credentials (proxies use long-lived tokens or certificates).
 
 *Commands* (``authorize_*``). With authorization on, PRODUCER needs ``produce``, SUBSCRIBE ``consume`` (and the
 subscription's role list), LOOKUP / PARTITIONED_METADATA / GET_SCHEMA a lookup right, GET_TOPICS_OF_NAMESPACE
@@ -144,6 +148,10 @@ def handle_auth_response(conn: "Connection", frame: "Frame") -> None:
         log.info("%s: refreshed credentials refused (%s): %s", conn.remote_address, exc.reason, exc)
         _refuse(conn, ServerError.AuthenticationError, str(exc))
         return
+    if who.expires_at_s is not None and who.expires_at_s <= time.time():
+        security.count_failure("expired")
+        _refuse(conn, ServerError.AuthenticationError, "the refreshed credentials have expired too")
+        return
     if who.role != identity.role:
         log.warning("%s: role cannot change in a refresh (%r, now %r); closing", conn.remote_address, identity.role,
                     who.role)
@@ -219,7 +227,7 @@ class CredentialRefresher:
             if conn.closed or identity.role is None:
                 continue
             action = refresh_action(expires_at_s=identity.expires_at_s, now_s=now, check_interval_s=self.interval_s,
-                                    supports_refresh=identity.supports_refresh,
+                                    supports_refresh=identity.supports_refresh and not identity.original_principal,
                                     challenge_pending=identity.challenge_pending)
             if action is RefreshAction.CHALLENGE:
                 identity.challenge_pending = True

@@ -37,6 +37,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any, Optional
 
 from magnetar.protocol import FrameDecoder, ProtocolError, command_body, encode_command, pb, wrap
@@ -237,7 +238,7 @@ class Connection(ConsumerEndpoints):
                         break
                 if not self._publish_room.is_set():
                     await self._publish_room.wait()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):  # a peer gone, or broken TLS records
             pass
         except asyncio.CancelledError:
             raise
