@@ -17,7 +17,9 @@ from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_D
 from magnetar.config import TomlSettings, derive
 from magnetar.errors import ConfigError
 
+from .client_credentials import BrokerClientSettings
 from .listeners import AdvertisedListener, internal_listener, parse_advertised_listeners
+from .security import SecuritySettings, validate_tls_policy
 
 _MiB = 1024 * 1024
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
@@ -381,9 +383,6 @@ class BrokerConfig(TomlSettings):
     def _validate_security(self) -> None:
         """TLS ports need a certificate; authentication and broker-client settings must make sense together
         (the token key itself is read at start-up)."""
-        from .client_credentials import BrokerClientSettings
-        from .security import SecuritySettings, validate_tls_policy
-
         if (self.tls_port or self.web_tls_port) and not (self.tls_cert_file and self.tls_key_file):
             raise ConfigError("tls_port / web_tls_port need tls_cert_file and tls_key_file (PEM)")
         if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file:
