@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import typer
 
-from magnetar.admin_client import AdminClient, AdminCredentials, AdminError, credentials_from_environment, default_url
+from magnetar.admin_client import AdminClient, AdminCredentials, AdminError, default_url
 from magnetar.topic_name import InvalidTopicNameError, TopicName
 
 # ---------------------------------------------------------------------------------------------- options
@@ -76,8 +76,7 @@ CREDENTIALS: Optional[AdminCredentials] = None
 def call(url: Optional[str], data_dir: Optional[pathlib.Path], method: str, path: str, body: Any = None) -> Any:
     """The broker's answer to one request; on an error, prints it and exits 1."""
     try:
-        credentials = CREDENTIALS if CREDENTIALS is not None else credentials_from_environment()
-        client = AdminClient(url or default_url(data_dir), credentials=credentials)
+        client = AdminClient(url or default_url(data_dir), credentials=CREDENTIALS)  # None: the environment's
         return client.request(method, path, body)
     except AdminError as e:
         typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)

@@ -104,14 +104,15 @@ class AdminClient:
     Args:
         base_url: ``http://host:port`` or ``https://host:port`` of a broker.
         timeout_s: per request.
-        credentials: what to present (default: none).
+        credentials: what to present (default: :func:`credentials_from_environment`, so scripts work against
+            secured brokers with ``MAGNETAR_AUTH_TOKEN`` set).
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 30.0,
                  credentials: Optional[AdminCredentials] = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self.credentials = credentials or AdminCredentials()
+        self.credentials = credentials if credentials is not None else credentials_from_environment()
         handlers: list[Any] = [_NoRedirect]
         if self.base_url.startswith("https://") or self.credentials.tls_trust_certs_file or \
                 self.credentials.tls_cert_file:
