@@ -12,9 +12,9 @@ none gets the broker's default URL, which is the *internal* listener's (``intern
 first listener by default), as Pulsar does. The listeners go into the broker's registration and into every
 bundle-ownership record it writes, so any broker answers for a bundle owned by another.
 
-A listener has at most one ``pulsar://`` and one ``pulsar+ssl://`` URL. This broker speaks plain
-``pulsar://`` only: a ``pulsar+ssl://`` URL is advertised (``brokerServiceUrlTls``) for a TLS terminator in
-front of the broker to serve. A ``pulsar://`` URL whose port is not the broker's own ``port`` is served by
+A listener has at most one ``pulsar://`` and one ``pulsar+ssl://`` URL. The broker serves TLS on its
+``tls_port`` only: a listener's ``pulsar+ssl://`` URL is advertised (``brokerServiceUrlTls``) for that port or
+for a TLS terminator in front of the broker to serve. A ``pulsar://`` URL whose port is not the broker's own ``port`` is served by
 an extra socket when its host is an address of this machine (``localhost``, ``127.0.0.1``, an interface's
 address); a URL on another host (a NAT, a load balancer) is left to whatever forwards it to ``port``.
 """

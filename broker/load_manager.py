@@ -82,11 +82,17 @@ class LoadManager:
         local_store: the region's ZooKeeper (leader election, broker load reports).
         settings: intervals and thresholds.
         clock: monotonic seconds (tests may swap it).
+        http_session: makes the HTTP client that asks other brokers to unload bundles (the broker's own
+            credentials: ``broker/client_credentials.py``); default: a plain one.
+        prefer_tls: call other brokers at their ``https://`` URL when they registered one.
     """
 
     def __init__(self, *, ownership: BundleOwnership, configuration: ConfigurationStore, local_store: MetadataStore,
                  settings: LoadManagerSettings = LoadManagerSettings(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 http_session: Optional[Callable[..., aiohttp.ClientSession]] = None, prefer_tls: bool = False) -> None:
+        self._http_session = http_session
+        self._prefer_tls = prefer_tls
         self.ownership = ownership
         self.configuration = configuration
         self.settings = settings
@@ -112,7 +118,8 @@ class LoadManager:
         if s.auto_split_enabled:
             self._tasks.append(self._spawn(self._every(s.split_interval_s, self.split_round), "auto-split"))
         if s.shedding_enabled:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            self._http = (self._http_session(timeout_s=30.0) if self._http_session is not None
+                          else aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)))
             self._tasks.append(self._spawn(self._every(s.shedding_interval_s, self.shedding_round), "shedding"))
 
     async def close(self) -> None:
@@ -259,7 +266,9 @@ class LoadManager:
             for key in bundles:
                 log.info("shedding bundle %s off broker %s (scores: %s)", key, broker_id,
                          ", ".join(f"{b}={v:.2f}" for b, v in sorted(self._history.items())))
-                if await self._unload_at(broker_id, regs[broker_id].web_service_url, key):
+                reg = regs[broker_id]
+                url = reg.web_service_url_tls if self._prefer_tls and reg.web_service_url_tls else reg.web_service_url
+                if await self._unload_at(broker_id, url, key):
                     self._recently_unloaded[key] = self._clock()
                     self.sheds += 1
         return chosen

@@ -39,7 +39,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
     listener_name = request.query.get(LISTENER_NAME_PARAM) or request.headers.get(LISTENER_NAME_HEADER, "")
     result = await ctx.lookup(str(topic), authoritative=authoritative, listener_name=listener_name)
     if result.redirect:
-        location = redirect_location(request, result.http_url, authoritative=True)
+        location = redirect_location(request, result.http_url, authoritative=True, base_url_tls=result.http_url_tls)
         if listener_name and LISTENER_NAME_PARAM not in request.query:
             location = str(URL(location).update_query({LISTENER_NAME_PARAM: listener_name}))
         raise web.HTTPTemporaryRedirect(location)
@@ -47,7 +47,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
         "brokerUrl": result.broker_service_url,
         "brokerUrlTls": result.broker_service_url_tls,
         "httpUrl": result.http_url,
-        "httpUrlTls": "",
+        "httpUrlTls": result.http_url_tls,
         "nativeUrl": result.broker_service_url,
     })
 

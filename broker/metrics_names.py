@@ -10,3 +10,5 @@ BUNDLES_RELEASED = "magnetar_broker_bundles_released"  # counter, label reason
 LOOKUPS = "magnetar_broker_lookups"  # counter, label answer: connect | redirect | error
 HTTP_REQUESTS = "magnetar_broker_http_requests"  # counter, labels method, route, status
 HTTP_REQUEST_SECONDS = "magnetar_broker_http_request_seconds"  # histogram, label route
+AUTH_FAILURES = "magnetar_broker_auth_failures"  # counter, label reason (magnetar.auth.errors.REASONS)
+AUTHORIZATION_DENIALS = "magnetar_broker_authorization_denials"  # counter, label action: produce | consume | ...

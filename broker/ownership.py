@@ -339,7 +339,8 @@ class BundleOwnership(BundleClaims, Ownership):
                 url, url_tls = listener_urls(owner.advertised_listeners, listener_name,
                                              default=(owner.native_url, owner.native_url_tls), broker=owner.broker_id)
                 return LookupResult(is_self=False, broker_service_url=url, broker_service_url_tls=url_tls,
-                                    http_url=owner.http_url, authoritative=True, redirect=False)
+                                    http_url=owner.http_url, authoritative=True, redirect=False,
+                                    http_url_tls=owner.http_url_tls)
             # Unowned: assign it.
             if self._state is not OwnershipState.STARTED:
                 target = await self._choose_broker(bundle, exclude_self=True)
@@ -356,14 +357,15 @@ class BundleOwnership(BundleClaims, Ownership):
                                          default=(target.pulsar_service_url, target.pulsar_service_url_tls),
                                          broker=target.broker_id)
             return LookupResult(is_self=False, broker_service_url=url, broker_service_url_tls=url_tls,
-                                http_url=target.web_service_url, authoritative=True, redirect=True)
+                                http_url=target.web_service_url, authoritative=True, redirect=True,
+                                http_url_tls=target.web_service_url_tls)
         raise ServiceUnitNotReadyError(f"bundle {bundle}: ownership kept changing; retry")
 
     def _self_result(self, listener_name: str = "") -> LookupResult:
         url, url_tls = listener_urls(self.listeners, listener_name, default=(self.pulsar_url, self.pulsar_url_tls),
                                      broker=self.broker_id)
         return LookupResult(is_self=True, broker_service_url=url, broker_service_url_tls=url_tls,
-                            http_url=self.http_url, authoritative=True, redirect=False)
+                            http_url=self.http_url, authoritative=True, redirect=False, http_url_tls=self.http_url_tls)
 
     async def _choose_broker(self, bundle: NamespaceBundle, *, exclude_self: bool) -> BrokerRegistration | None:
         """The least-loaded live broker of this region; None means this broker."""

@@ -28,6 +28,7 @@ class LookupResult:
         broker_service_url: ``pulsar://host:port`` of the owner.
         broker_service_url_tls: ``pulsar+ssl://...`` of the owner, or "".
         http_url: ``http://host:port`` of the owner's admin/lookup HTTP server.
+        http_url_tls: ``https://host:port`` of the same server, or "" (no ``web_tls_port``).
         authoritative: the answer comes from the owner or from the broker that just assigned it.
         redirect: the client must look up again at ``broker_service_url`` (LOOKUP Redirect) rather than
             connect (Connect).
@@ -39,6 +40,7 @@ class LookupResult:
     http_url: str = ""
     authoritative: bool = True
     redirect: bool = False
+    http_url_tls: str = ""
 
 
 def listener_urls(listeners: tuple[AdvertisedListener, ...], name: str, *, default: tuple[str, str],
@@ -78,14 +80,15 @@ class SelfOwnership(Ownership):
     """Every topic belongs to this broker: for a single broker (tests of the service, standalone use)."""
 
     def __init__(self, broker_service_url: str, http_url: str = "", *,
-                 listeners: tuple[AdvertisedListener, ...] = ()) -> None:
+                 listeners: tuple[AdvertisedListener, ...] = (), broker_service_url_tls: str = "") -> None:
         self.broker_service_url = broker_service_url
+        self.broker_service_url_tls = broker_service_url_tls
         self.http_url = http_url
         self.listeners = listeners
 
     async def lookup(self, topic: str, *, authoritative: bool = False, listener_name: str = "") -> LookupResult:
-        url, url_tls = listener_urls(self.listeners, listener_name, default=(self.broker_service_url, ""),
-                                     broker="self")
+        url, url_tls = listener_urls(self.listeners, listener_name,
+                                     default=(self.broker_service_url, self.broker_service_url_tls), broker="self")
         return LookupResult(True, url, url_tls, http_url=self.http_url)
 
     async def is_owned_by_me(self, topic: str) -> bool:

@@ -12,6 +12,12 @@ Start-up order (each step needs the one before):
 4. bundle ownership starts (registers ``/brokers/<id>`` with its URLs and load report), the HTTP server
    starts serving, ``<data_dir>/endpoints.json`` is written last, and ``/health`` turns 200.
 
+Security (``broker/security.py``) is built before anything serves: one :class:`BrokerSecurity` (its token key
+read now, a bad one fails the start) shared by the binary protocol and the admin API, and the broker's own
+credentials towards other brokers (``broker/client_credentials.py``) for its admin calls and replicators.
+With ``tls_port`` / ``web_tls_port`` the registration, bundle ownership records and the bootstrapped cluster
+entry carry the TLS URLs (``pulsar+ssl://``, ``https://``) as well.
+
 SIGTERM / SIGINT shut down cleanly within ``shutdown_grace_ms``: ``/health`` turns 503, the registration
 goes (nobody assigns this broker a bundle any more), every owned bundle is unloaded (its topics are closed,
 clients are told to reconnect and look up again, which sends them to another broker) and released, then
@@ -44,6 +50,7 @@ from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
 
 from .admin import AdminContext, make_app
 from .bundles import NamespaceBundle, bundles_data, default_boundaries, topic_hash
+from .client_credentials import BrokerClientCredentials, BrokerClientSettings
 from .config import BrokerConfig
 from .listeners import internal_listener, listen_addresses
 from .load_balance import ResourceWeights, SplitThresholds
@@ -51,6 +58,7 @@ from .load_manager import LoadManager, LoadManagerSettings
 from .load_report import measure_load
 from .lookup_http import routes as lookup_routes
 from .ownership import BundleOwnership
+from .security import BrokerSecurity, SecuritySettings
 
 log = logging.getLogger("broker.process")
 
@@ -93,6 +101,10 @@ class BrokerProcess:
         self.service: Any = None
         self._runner: Optional[web.AppRunner] = None
         self._http_socket: Optional[socket.socket] = None
+        self._https_socket: Optional[socket.socket] = None
+        self.https_port = 0
+        self.security: Optional[BrokerSecurity] = None
+        self.client_credentials: Optional[BrokerClientCredentials] = None
         self._state = "new"
         self.runtime_metrics: Optional[RuntimeMetrics] = None
 
@@ -104,12 +116,20 @@ class BrokerProcess:
 
     @property
     def pulsar_url_tls(self) -> str:
+        """The internal listener's ``pulsar+ssl://`` URL, else ``tls_port``'s, else ""."""
         listener = internal_listener(self.config.listeners, self.config.internal_listener_name)
-        return listener.broker_service_url_tls if listener else ""
+        if listener is not None and listener.broker_service_url_tls:
+            return listener.broker_service_url_tls
+        tls_port = self.service.tls_port if self.service is not None else 0
+        return f"pulsar+ssl://{self.config.advertised_host}:{tls_port}" if tls_port else ""
 
     @property
     def http_url(self) -> str:
         return f"http://{self.config.advertised_host}:{self.http_port}"
+
+    @property
+    def http_url_tls(self) -> str:
+        return f"https://{self.config.advertised_host}:{self.https_port}" if self.https_port else ""
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -121,6 +141,7 @@ class BrokerProcess:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         config.endpoints_path.unlink(missing_ok=True)  # a stale file must not look like this run's
         await self._open_stores()
+        self._build_security()
         await self._open_storage()
         self._bind_http()
         self.broker_id = config.effective_broker_id(self.http_port)
@@ -136,11 +157,16 @@ class BrokerProcess:
             await bootstrap(self.configuration, cluster=config.cluster,
                             http_url=config.cluster_service_url or self.http_url,
                             pulsar_url=config.cluster_broker_service_url or self.pulsar_url,
+                            http_url_tls=config.cluster_service_url_tls or self.http_url_tls,
+                            pulsar_url_tls=config.cluster_broker_service_url_tls or self.pulsar_url_tls,
                             default_bundles=config.default_namespace_bundles)
         await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url,
-                                   pulsar_url_tls=self.pulsar_url_tls, listeners=config.listeners)
+                                   pulsar_url_tls=self.pulsar_url_tls, http_url_tls=self.http_url_tls,
+                                   listeners=config.listeners)
         self.load_manager = LoadManager(ownership=self.ownership, configuration=self.configuration,
-                                        local_store=self.local_store, settings=_load_manager_settings(config))
+                                        local_store=self.local_store, settings=_load_manager_settings(config),
+                                        http_session=self.client_credentials.http_session,
+                                        prefer_tls=self.client_credentials.tls)
         await self.load_manager.start()
         await self._start_http()
         self._write_endpoints()
@@ -160,6 +186,17 @@ class BrokerProcess:
                                                    session_timeout_ms=config.zk_session_timeout_ms)
             await self.global_store.start()
         self.configuration = ConfigurationStore(self.global_store)
+
+    def _build_security(self) -> None:
+        """Authentication, authorization and the broker's own credentials; BrokerError for settings that
+        cannot work (a token key that cannot be read, a missing certificate)."""
+        try:
+            self.security = BrokerSecurity(derive(SecuritySettings, self.config), configuration=self.configuration,
+                                           registry=self.registry)
+            self.client_credentials = BrokerClientCredentials(
+                derive(BrokerClientSettings, self.config, prefix="broker_client_"))
+        except MagnetarError as e:
+            raise BrokerError(f"security settings: {e}") from None
 
     async def _open_storage(self) -> None:
         from bookie.client import LedgerClient, LedgerClientConfig
@@ -184,15 +221,18 @@ class BrokerProcess:
             config=dataclasses.replace(derive(ServiceConfig, c, renames=_SERVICE_RENAMES),
                                        extra_listen_addresses=extra),
             ml_factory=self.ml_factory, configuration_store=self.configuration, ownership=self.ownership,
-            cluster_name=c.cluster, registry=self.registry, replication=self._replication())
+            cluster_name=c.cluster, registry=self.registry, replication=self._replication(),
+            security=self.security)
         try:
             await self.service.start()
         except OSError as e:
             extra = "".join(f", {h}:{p}" for h, p in self.service.config.extra_listen_addresses)
-            raise BrokerError(f"cannot listen on {c.bind_host}:{c.port}{extra} (binary protocol): {e.strerror or e}"
-                              ) from None
+            tls = f", {c.bind_host}:{c.tls_port} (TLS)" if c.tls_port else ""
+            raise BrokerError(f"cannot listen on {c.bind_host}:{c.port}{extra}{tls} (binary protocol): "
+                              f"{e.strerror or e}") from None
         self.port = self.service.port
-        log.info("binary protocol on %s:%d (advertised %s)", c.bind_host, self.port, self.pulsar_url)
+        log.info("binary protocol on %s:%d (advertised %s%s)", c.bind_host, self.port, self.pulsar_url,
+                 f", {self.pulsar_url_tls}" if self.pulsar_url_tls else "")
 
     def _replication(self) -> Any:
         """Geo-replication (the ``replicator`` room), wired in here as DESIGN §2 asks; None when disabled."""
@@ -200,21 +240,18 @@ class BrokerProcess:
             return None
         from replicator import ReplicationService, ReplicationSettings
 
+        credentials = self.client_credentials
         return ReplicationService(self.configuration, local_cluster=self.config.cluster, settings=derive(
-            ReplicationSettings, self.config, prefix="replication_", renames=_REPLICATION_RENAMES))
+            ReplicationSettings, self.config, prefix="replication_", renames=_REPLICATION_RENAMES),
+            auth=credentials.protocol_auth(), ssl_context=credentials.ssl_context, prefer_tls=credentials.tls)
 
     def _bind_http(self) -> None:
         c = self.config
-        sock = socket.socket(socket.AF_INET6 if ":" in c.bind_host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((c.bind_host, c.http_port))
-        except OSError as e:
-            sock.close()
-            raise BrokerError(f"cannot bind HTTP to {c.bind_host}:{c.http_port}: {e.strerror or e}") from None
-        sock.listen(128)
-        self._http_socket = sock
-        self.http_port = sock.getsockname()[1]
+        self._http_socket = _bind(c.bind_host, c.http_port, "HTTP")
+        self.http_port = self._http_socket.getsockname()[1]
+        if c.web_tls_port:
+            self._https_socket = _bind(c.bind_host, c.web_tls_port, "HTTPS")
+            self.https_port = self._https_socket.getsockname()[1]
 
     async def _start_http(self) -> None:
         ctx = AdminContext(
@@ -222,13 +259,31 @@ class BrokerProcess:
             brokers=self.ownership.registry, ownership=self.ownership, service=self.service,
             ml_factory=self.ml_factory, default_bundles=self.config.default_namespace_bundles,
             max_partitions_per_topic=self.config.max_partitions_per_topic, metrics_registry=self.registry,
-            health=self.health, load_manager=self.load_manager)
+            health=self.health, load_manager=self.load_manager, security=self.security,
+            client_credentials=self.client_credentials)
         app = make_app(ctx, extra_routes=[lookup_routes],
                        client_max_size_bytes=self.config.http_request_body_max_bytes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.SockSite(self._runner, self._http_socket).start()
-        log.info("admin, lookup and metrics on %s", self.http_url)
+        if self._https_socket is not None:
+            await web.SockSite(self._runner, self._https_socket, ssl_context=self._web_tls_context()).start()
+        log.info("admin, lookup and metrics on %s%s", self.http_url,
+                 f" and {self.http_url_tls}" if self.http_url_tls else "")
+
+    def _web_tls_context(self) -> Any:
+        """The HTTPS port's context: the broker's certificate (reloaded when its files change), client
+        certificates asked for when a trusted CA is configured."""
+        from magnetar.auth.tls import ReloadingServerContext, TlsSettings
+
+        c = self.config
+        try:
+            return ReloadingServerContext(TlsSettings(
+                cert_file=c.tls_cert_file, key_file=c.tls_key_file, trust_certs_file=c.tls_trust_certs_file,
+                require_client_cert=c.tls_require_trusted_client_cert, min_protocol=c.tls_min_protocol,
+                ciphers=c.tls_ciphers)).serving_context()
+        except MagnetarError as e:
+            raise BrokerError(f"web_tls_port: {e}") from None
 
     async def close(self) -> None:
         """Unloads and releases every bundle, then closes everything (see the module docstring)."""
@@ -253,8 +308,12 @@ class BrokerProcess:
             log.exception("error while unloading")
         if self._runner is not None:
             await self._runner.cleanup()
-        elif self._http_socket is not None:
-            self._http_socket.close()
+        else:
+            for sock in (self._http_socket, self._https_socket):
+                if sock is not None:
+                    sock.close()
+        if self.security is not None:
+            self.security.close()
         for closer in (self.ml_factory, self.ledger_client):
             if closer is not None:
                 try:
@@ -313,6 +372,10 @@ class BrokerProcess:
         data = {"broker_id": self.broker_id, "cluster": self.config.cluster, "pulsar": self.pulsar_url,
                 "http": self.http_url, "metrics": f"{self.http_url}/metrics", "pid": os.getpid(),
                 "listeners": listeners_to_json(self.config.listeners)}
+        if self.pulsar_url_tls:
+            data["pulsar_tls"] = self.pulsar_url_tls
+        if self.http_url_tls:
+            data["https"] = self.http_url_tls
         path = self.config.endpoints_path
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -355,15 +418,19 @@ def _load_manager_settings(c: BrokerConfig) -> LoadManagerSettings:
 
 
 async def bootstrap(configuration: ConfigurationStore, *, cluster: str, http_url: str, pulsar_url: str,
-                    default_bundles: int) -> None:
-    """Creates the cluster entry, tenant ``public`` and namespace ``public/default`` when missing.
+                    default_bundles: int, http_url_tls: str = "", pulsar_url_tls: str = "") -> None:
+    """Creates the cluster entry (with its TLS URLs, when there are), tenant ``public`` and namespace
+    ``public/default`` when missing.
 
     Every step is a create that tolerates NodeExists, so brokers starting together agree: the first
     creation wins and nothing is overwritten (an operator's cluster URLs stay as they were).
     """
     try:
-        await configuration.create_cluster(cluster, ClusterData(service_url=http_url, broker_service_url=pulsar_url))
-        log.info("registered cluster %s (%s, %s)", cluster, http_url, pulsar_url)
+        await configuration.create_cluster(cluster, ClusterData(
+            service_url=http_url, broker_service_url=pulsar_url, service_url_tls=http_url_tls,
+            broker_service_url_tls=pulsar_url_tls))
+        log.info("registered cluster %s (%s)", cluster,
+                 ", ".join(u for u in (http_url, pulsar_url, http_url_tls, pulsar_url_tls) if u))
     except NodeExistsError:
         pass
     try:
@@ -389,6 +456,18 @@ async def bootstrap(configuration: ConfigurationStore, *, cluster: str, http_url
     except NotFoundError:  # the tenant was deleted between the two steps: leave it so
         log.warning("tenant %s vanished during bootstrap; %s/%s not created", PUBLIC_TENANT, PUBLIC_TENANT,
                     DEFAULT_NAMESPACE)
+
+
+def _bind(host: str, port: int, what: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise BrokerError(f"cannot bind {what} to {host}:{port}: {e.strerror or e}") from None
+    sock.listen(128)
+    return sock
 
 
 # -- process -----------------------------------------------------------------------------------------------

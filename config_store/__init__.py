@@ -4,7 +4,8 @@
   watches / session events / self-healing ephemeral registrations); :class:`KazooMetadataStore` runs it on
   ZooKeeper through kazoo, :class:`MemoryMetadataStore` in memory for unit tests (with fault injection).
 * :class:`ConfigurationStore` — clusters, tenants, namespace policies, partitioned topics, topic policies
-  (``/admin/...``); :class:`PoliciesCache` and :class:`TopicPoliciesCache` follow policies by watches.
+  (``/admin/...``); :class:`PoliciesCache`, :class:`TopicPoliciesCache` and :class:`TenantsCache` follow
+  policies and tenants by watches.
 * :class:`SchemaStore` — topic schemas, one node per version (``/admin/schemas/...``).
 * :class:`RegionStore` — bookie registrations and ledger metadata; :class:`BookieCache` follows the bookies.
 * ``models`` — the stored values and their strict, versioned JSON codec; ``region_models`` — a region's
@@ -13,7 +14,7 @@
 Every error is a :class:`MetadataError`; kazoo's never escape.
 """
 
-from .configuration import ConfigurationStore, PoliciesCache, TopicPoliciesCache
+from .configuration import ConfigurationStore, PoliciesCache, TenantsCache, TopicPoliciesCache
 from .ephemeral import EphemeralRegistration
 from .errors import (BadVersionError, InvalidMetadataError, MetadataError, MetadataUnavailableError,
                      NodeExistsError, NotEmptyError, NotFoundError, SessionLostError, StoreClosedError)
@@ -31,7 +32,7 @@ __all__ = [
     "StoreState", "WatchHandle", "EphemeralRegistration",
     "MetadataError", "NotFoundError", "BadVersionError", "NodeExistsError", "NotEmptyError", "SessionLostError",
     "MetadataUnavailableError", "InvalidMetadataError", "StoreClosedError",
-    "ConfigurationStore", "PoliciesCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
+    "ConfigurationStore", "PoliciesCache", "TenantsCache", "TopicPoliciesCache", "RegionStore", "BookieCache",
     "ClusterData", "TenantInfo", "Policies", "TopicPolicies", "PartitionedTopicMetadata", "BookieRegistration",
     "LedgerMetadata", "LedgerState", "BacklogQuota", "SchemaStore", "StoredSchema",
     "PublishRate", "DispatchRate", "DelayedDeliveryPolicies", "InactiveTopicPolicies",

@@ -159,6 +159,14 @@ class ConfigurationStore:
         return await self._update(self.tenant_path(name), f"tenant '{name}'", TenantInfo.from_json, fn,
                                   TenantInfo.to_json)
 
+    async def watch_tenant(self, name: str, callback: Callable[[TenantInfo | None], Any], *,
+                           timeout_s: float = 30.0) -> WatchHandle:
+        """Like :meth:`watch_policies`, for a tenant (its ``adminRoles`` decide who administers it)."""
+        return await self._watch_value(self.tenant_path(name), TenantInfo.from_json, callback, timeout_s=timeout_s)
+
+    def tenants_cache(self) -> "TenantsCache":
+        return TenantsCache(self)
+
     async def delete_tenant(self, name: str, *, expected_version: int = -1) -> None:
         """Deletes a tenant that has no namespace left (NotEmptyError otherwise)."""
         path = self.tenant_path(name)
@@ -491,6 +499,22 @@ class PoliciesCache(_WatchedCache[tuple[str, str], Policies]):
     def get_cached(self, tenant: str, namespace: str) -> Policies | None:
         """What the cache holds right now (no I/O; None if unknown or absent)."""
         return self._get_cached((tenant, namespace))
+
+
+class TenantsCache(_WatchedCache[str, TenantInfo]):
+    """Tenants served from memory, kept fresh by watches (authorization reads their ``adminRoles``).
+
+    Listeners are called as ``callback(tenant, TenantInfo | None)``.
+    """
+
+    _what = "tenants cache"
+
+    async def _watch(self, key: str, callback: Callable[[TenantInfo | None], Any]) -> WatchHandle:
+        return await self._config.watch_tenant(key, callback)
+
+    async def get(self, tenant: str) -> TenantInfo | None:
+        """The tenant, or None if it does not exist."""
+        return await self._get(tenant)
 
 
 class TopicPoliciesCache(_WatchedCache[tuple[str, str, str, str], TopicPolicies]):

@@ -5,6 +5,10 @@ Every command talks to one broker's HTTP port (``--url``; default: the first bro
 redirects brokers answer for topics they do not own. Output is a table (rich) unless ``--json``.
 Errors print the broker's ``reason`` and exit 1.
 
+Brokers with authentication on take ``magnetar admin --auth-token <jwt> ...`` (or ``--auth-token-file``, or
+``$MAGNETAR_AUTH_TOKEN``); ``https://`` URLs take ``--tls-trust-certs-file`` and, for a client certificate,
+``--tls-cert-file`` / ``--tls-key-file`` (or ``$MAGNETAR_TLS_*``).
+
 Each group of commands is one Typer app; the topics group lives in :mod:`magnetar.admin_topics_cli`,
 what they share in :mod:`magnetar.admin_cli_common`, the HTTP client in :mod:`magnetar.admin_client`.
 """
@@ -16,8 +20,10 @@ from typing import Any, Optional
 
 import typer
 
+from magnetar import admin_cli_common
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
+from magnetar.admin_client import AdminCredentials, AdminError, read_token_file
 from magnetar.admin_namespace_policies_cli import add_namespace_policy_commands
 from magnetar.admin_permissions_cli import add_namespace_permission_commands, add_topic_permission_commands
 from magnetar.admin_rate_limits_cli import add_rate_limit_commands, add_topic_rate_limit_commands
@@ -40,6 +46,34 @@ add_namespace_policy_commands(namespaces_app)
 add_topic_policy_commands(topics_app)
 add_namespace_permission_commands(namespaces_app)
 add_topic_permission_commands(topics_app)
+
+
+@admin_app.callback()
+def credentials(
+    auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN",
+                                   help="A token (JWT) sent as 'Authorization: Bearer'."),
+    auth_token_file: str = typer.Option("", "--auth-token-file", envvar="MAGNETAR_AUTH_TOKEN_FILE",
+                                        help="A file holding the token (file:///path or a path)."),
+    tls_trust_certs_file: str = typer.Option("", "--tls-trust-certs-file", envvar="MAGNETAR_TLS_TRUST_CERTS_FILE",
+                                             help="The CA (PEM) an https:// broker's certificate chains to."),
+    tls_cert_file: str = typer.Option("", "--tls-cert-file", envvar="MAGNETAR_TLS_CERT_FILE",
+                                      help="A client certificate (PEM) for https:// (its CN is the role)."),
+    tls_key_file: str = typer.Option("", "--tls-key-file", envvar="MAGNETAR_TLS_KEY_FILE",
+                                     help="The client certificate's private key (PEM)."),
+) -> None:
+    """Credentials every command of this invocation presents (brokers with authentication on)."""
+    token = auth_token
+    if not token and auth_token_file:
+        try:
+            token = read_token_file(auth_token_file)
+        except AdminError as e:
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+    if bool(tls_cert_file) != bool(tls_key_file):
+        typer.secho("error: --tls-cert-file and --tls-key-file go together", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    admin_cli_common.CREDENTIALS = AdminCredentials(token=token.strip(), tls_trust_certs_file=tls_trust_certs_file,
+                                                    tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
 
 
 # ---------------------------------------------------------------------------------------------- clusters

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import typer
 
-from magnetar.admin_client import AdminClient, AdminError, default_url
+from magnetar.admin_client import AdminClient, AdminCredentials, AdminError, default_url
 from magnetar.topic_name import InvalidTopicNameError, TopicName
 
 # ---------------------------------------------------------------------------------------------- options
@@ -69,10 +69,14 @@ def done(message: str) -> None:
 # ---------------------------------------------------------------------------------------------- calls and names
 
 
+CREDENTIALS: Optional[AdminCredentials] = None
+"""Set by ``magnetar admin``'s own options (``--auth-token``...); None: from the environment."""
+
+
 def call(url: Optional[str], data_dir: Optional[pathlib.Path], method: str, path: str, body: Any = None) -> Any:
     """The broker's answer to one request; on an error, prints it and exits 1."""
     try:
-        client = AdminClient(url or default_url(data_dir))
+        client = AdminClient(url or default_url(data_dir), credentials=CREDENTIALS)  # None: the environment's
         return client.request(method, path, body)
     except AdminError as e:
         typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)

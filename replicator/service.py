@@ -147,14 +147,20 @@ def _log_failure(task: asyncio.Task) -> None:
 
 
 class ReplicationService:
-    """What the broker process hands to ``BrokerService(replication=...)``."""
+    """What the broker process hands to ``BrokerService(replication=...)``.
+
+    ``auth``, ``ssl_context`` and ``prefer_tls`` are the broker's own credentials towards remote clusters
+    (``broker_client_*`` settings; see :class:`~replicator.clients.RemoteClients`).
+    """
 
     def __init__(self, configuration: "ConfigurationStore", *, local_cluster: str,
-                 settings: Optional[ReplicationSettings] = None) -> None:
+                 settings: Optional[ReplicationSettings] = None, auth: Any = None, ssl_context: Any = None,
+                 prefer_tls: bool = False) -> None:
         self.configuration = configuration
         self.local_cluster = local_cluster
         self.settings = settings or ReplicationSettings()
-        self.clients = RemoteClients(configuration, backoff_max_s=self.settings.backoff_max_s)
+        self.clients = RemoteClients(configuration, backoff_max_s=self.settings.backoff_max_s, auth=auth,
+                                     ssl_context=ssl_context, prefer_tls=prefer_tls)
 
     def attach(self, topic: Any) -> TopicReplicators:
         return TopicReplicators(self, topic)

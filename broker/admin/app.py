@@ -1,5 +1,8 @@
 """The broker's HTTP server: admin REST (``/admin/v2``), lookup (added by the process), ``/metrics`` and
-``/health``, one aiohttp application on one port."""
+``/health``, one aiohttp application (served on the HTTP port and, with ``web_tls_port``, over HTTPS).
+
+Every request passes the metrics, the error mapping and then authentication and authorization
+(``access.py``) before its handler."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topic
 from . import load_balancing
 from . import rate_limits, schemas
 from . import compaction_threshold, delayed_delivery, inactive_topics, permissions
+from .access import access_middleware
 from .context import AdminContext
 from .errors import error_middleware, metrics_middleware
 from .keys import CONTEXT
@@ -40,7 +44,8 @@ def make_app(ctx: AdminContext, *, extra_routes: Iterable[web.RouteTableDef] = (
                        ["method", "route", "status"], registry=ctx.metrics_registry)
     seconds = Histogram(names.HTTP_REQUEST_SECONDS, "HTTP request latency, by route", ["route"],
                         registry=ctx.metrics_registry)
-    app = web.Application(middlewares=[metrics_middleware(requests, seconds), error_middleware],
+    app = web.Application(middlewares=[metrics_middleware(requests, seconds), error_middleware,
+                                       access_middleware(ctx.security)],
                           client_max_size=client_max_size_bytes)
     app[CONTEXT] = ctx
     app.router.add_get("/metrics", _metrics)
@@ -51,7 +56,10 @@ def make_app(ctx: AdminContext, *, extra_routes: Iterable[web.RouteTableDef] = (
         app.add_routes(table)
 
     async def client_lifecycle(app: web.Application):
-        ctx.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        if ctx.client_credentials is not None:  # this broker's own credentials on its calls to brokers
+            ctx.http = ctx.client_credentials.http_session(timeout_s=30.0)
+        else:
+            ctx.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         yield
         await ctx.http.close()
 

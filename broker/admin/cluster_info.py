@@ -33,7 +33,8 @@ async def list_brokers(request: web.Request) -> web.Response:
             raise not_found(f"Cluster {cluster} does not exist") from None
         if not data.service_url:
             raise not_found(f"Cluster {cluster} has no serviceUrl to ask")
-        raise web.HTTPTemporaryRedirect(redirect_location(request, data.service_url, authoritative=False))
+        raise web.HTTPTemporaryRedirect(redirect_location(request, data.service_url, authoritative=False,
+                                                          base_url_tls=data.service_url_tls))
     brokers = await ctx.brokers.list_brokers()
     return web.json_response(sorted(b.web_address for b in brokers.values() if b.cluster in ("", ctx.cluster)))
 
@@ -49,7 +50,8 @@ async def owned_namespaces(request: web.Request) -> web.Response:
     if broker not in (me.broker_id, me.http_url.split("://", 1)[-1]):
         for reg in (await ctx.brokers.list_brokers()).values():
             if broker in (reg.broker_id, reg.web_address):
-                raise web.HTTPTemporaryRedirect(redirect_location(request, reg.web_service_url, authoritative=False))
+                raise web.HTTPTemporaryRedirect(redirect_location(request, reg.web_service_url, authoritative=False,
+                                                                  base_url_tls=reg.web_service_url_tls))
         raise not_found(f"Broker {broker} is not alive in cluster {cluster}")
     return web.json_response({str(b): {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
                               for b in me.owned_bundles()})

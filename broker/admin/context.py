@@ -44,6 +44,10 @@ class AdminContext:
         lookup_wait_s: how long a lookup may wait for a bundle that is not ready (see :meth:`lookup`).
         load_manager: bundle splits and load shedding (``broker.load_manager.LoadManager``); None: splits
             use the defaults (at most 128 bundles a namespace).
+        security: authentication and authorization (``broker.security.BrokerSecurity``); None: everyone may
+            do everything (tests of the routes alone).
+        client_credentials: what this broker presents to brokers it calls (its own fan-out and unloads;
+            ``broker.client_credentials``); None: nothing.
     """
 
     cluster: str
@@ -61,6 +65,8 @@ class AdminContext:
     lookup_wait_s: float = 5.0
     http: Optional[aiohttp.ClientSession] = None
     load_manager: Any = None
+    security: Any = None
+    client_credentials: Any = None
 
     # -- helpers shared by the handlers ---------------------------------------------------------------------
 
@@ -109,7 +115,8 @@ class AdminContext:
         result = await self.lookup(str(topic), authoritative=authoritative)
         if result.is_self:
             return
-        raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect))
+        raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect,
+                                                          base_url_tls=result.http_url_tls))
 
     async def lookup(self, topic: str, *, authoritative: bool, listener_name: str = "") -> LookupResult:
         """The ownership lookup, waiting out short "not ready" windows (a bundle being unloaded, a broker
@@ -131,13 +138,24 @@ class AdminContext:
             delay_s = min(delay_s * 2, 0.5)
 
     def client(self) -> aiohttp.ClientSession:
+        """The HTTP client of this broker's own calls to brokers (its credentials on every request)."""
         if self.http is None or self.http.closed:
             raise RestError(503, "the broker's HTTP client is not running")
         return self.http
 
+    def self_url(self) -> str:
+        """This broker's base URL for its own calls: the ``https://`` one when its client credentials use TLS
+        (a client certificate travels only in a handshake), else the ``http://`` one."""
+        tls = self.client_credentials is not None and self.client_credentials.tls
+        return self.ownership.http_url_tls if tls and self.ownership.http_url_tls else self.ownership.http_url
 
-def redirect_location(request: web.Request, base_url: str, *, authoritative: bool) -> str:
-    """``base_url`` + this request's raw path and query (plus ``authoritative=true`` when asked)."""
+
+def redirect_location(request: web.Request, base_url: str, *, authoritative: bool, base_url_tls: str = "") -> str:
+    """``base_url`` + this request's raw path and query (plus ``authoritative=true`` when asked); a request
+    that came over HTTPS goes on to ``base_url_tls`` when the target has one (its client certificate, if any,
+    would not travel over plain HTTP)."""
+    if request.secure and base_url_tls:
+        base_url = base_url_tls
     if not base_url:
         raise RestError(503, "the owner broker has no HTTP address; retry")
     query = dict(request.rel_url.query)

@@ -99,7 +99,7 @@ async def fan_out(ctx: AdminContext, method: str, calls: Iterable[tuple[TopicNam
     every partition's owner runs it; the answers in the order of ``calls``. Never raises for an answer:
     a broker that cannot be reached answers 502."""
     limit = asyncio.Semaphore(ctx.fanout_concurrency)
-    base = ctx.ownership.http_url
+    base = ctx.self_url()
     client = ctx.client()
     headers = {"Content-Type": "application/json"} if body is not None else None
 

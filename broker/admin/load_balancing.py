@@ -53,8 +53,8 @@ async def split(request: web.Request) -> web.Response:
     if bundle not in ctx.ownership.owned_bundles():
         result = await ctx.ownership.lookup_bundle(bundle, authoritative=authoritative)
         if not result.is_self:
-            raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url,
-                                                              authoritative=result.redirect))
+            raise web.HTTPTemporaryRedirect(redirect_location(request, result.http_url, authoritative=result.redirect,
+                                                              base_url_tls=result.http_url_tls))
     topics = [t for t in await namespace_topics(ctx, tenant, namespace, "persistent")
               if ctx.ownership.cached_bundle_of(t) == bundle]
     if ctx.service is not None:

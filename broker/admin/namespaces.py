@@ -286,7 +286,7 @@ async def unload_namespace(request: web.Request) -> web.Response:
 
     async def one(bundle_name: str) -> None:
         async with limit:
-            url = f"{ctx.ownership.http_url}/admin/v2/namespaces/{tenant}/{namespace}/{bundle_name}/unload"
+            url = f"{ctx.self_url()}/admin/v2/namespaces/{tenant}/{namespace}/{bundle_name}/unload"
             async with ctx.client().put(url) as response:
                 if response.status >= 400:
                     failures.append(f"{bundle_name}: {response.status} {await response.text()}")
@@ -314,6 +314,7 @@ async def unload_bundle(request: web.Request) -> web.Response:
     owner = await ctx.brokers.get_owner(tenant, namespace, bundle.name)
     if owner is None or owner.value.broker_id == ctx.ownership.broker_id:
         return web.Response(status=204)  # nobody serves it (or we are releasing it already)
-    raise web.HTTPTemporaryRedirect(redirect_location(request, owner.value.http_url, authoritative=False))
+    raise web.HTTPTemporaryRedirect(redirect_location(request, owner.value.http_url, authoritative=False,
+                                                      base_url_tls=owner.value.http_url_tls))
 
 

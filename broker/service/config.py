@@ -76,6 +76,17 @@ class ServiceConfig:
         topic_list_watchers_enabled: serve WATCH_TOPIC_LIST to clients that announce it in CONNECT (Pulsar
             ``enableBrokerTopicListWatcher``); advertised in CONNECTED only when on (``topic_list_watch.py``).
         server_version: announced in CONNECTED.
+        tls_port: the same protocol over TLS (``pulsar+ssl://``); 0: off. The TLS handshake is done per
+            connection (``session/server.py``) so refused handshakes are counted by reason.
+        tls_cert_file, tls_key_file, tls_trust_certs_file, tls_require_trusted_client_cert, tls_min_protocol,
+        tls_ciphers: the TLS port's certificate and policy (``magnetar.auth.tls.TlsSettings``; files reloaded
+            when they change).
+        tls_handshake_timeout_s: a TLS client must finish its handshake within this long.
+        authentication_enabled, authentication_providers, authorization_enabled, superuser_roles, proxy_roles,
+        token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: who may
+            connect and what it may do (``broker/security.py``; CONNECT and the commands: ``session/auth.py``).
+        authentication_refresh_check_s: how often connections' credentials are checked (AUTH_CHALLENGE before
+            they expire; closed when they expired without a refresh).
     """
 
     host: str = "127.0.0.1"
@@ -119,3 +130,22 @@ class ServiceConfig:
     subscription_pattern_max_length: int = 50
     topic_list_watchers_enabled: bool = True
     server_version: str = "Magnetar 0.1"
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_trust_certs_file: str = ""
+    tls_require_trusted_client_cert: bool = False
+    tls_min_protocol: str = "TLSv1.2"
+    tls_ciphers: str = ""
+    tls_handshake_timeout_s: float = 10.0
+    authentication_enabled: bool = False
+    authentication_providers: tuple[str, ...] = ()
+    authorization_enabled: bool = False
+    superuser_roles: tuple[str, ...] = ()
+    proxy_roles: tuple[str, ...] = ()
+    token_secret_key: str = ""
+    token_public_key: str = ""
+    token_auth_claim: str = "sub"
+    token_audience_claim: str = "aud"
+    token_audience: str = ""
+    authentication_refresh_check_s: float = 60.0

@@ -163,6 +163,14 @@ class UnsupportedError(BrokerServiceError):
     http_status = 501
 
 
+class NotAuthorizedError(BrokerServiceError):
+    """The connection's role (or the client a proxy acts for) may not do this (pulsar-client raises
+    ``AuthorizationError``; Pulsar's ``Client is not authorized to ...``)."""
+
+    server_error = ServerError.AuthorizationError
+    http_status = 403
+
+
 def map_error(exc: BaseException) -> BrokerServiceError:
     """Maps any exception to a BrokerServiceError (the original stays the ``__cause__``)."""
     if isinstance(exc, BrokerServiceError):

@@ -15,6 +15,8 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Optional
 
+from broker.security import BrokerSecurity, SecuritySettings
+from magnetar.config import derive
 from magnetar.protocol import pb
 from magnetar.topic_name import TopicName
 
@@ -27,6 +29,7 @@ from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, To
                      topic_not_ready)
 from .latency import BrokerLatency
 from .metrics import ServiceCollector
+from .session.auth import CredentialRefresher
 from .session.server import ProtocolServer
 from .topics.nonpersistent.topic import NonPersistentTopic
 from .topics.topic import Topic, TopicState
@@ -54,8 +57,13 @@ class BrokerService:
     def __init__(self, *, config: ServiceConfig, ml_factory: "ManagedLedgerFactory",
                  configuration_store: "Optional[ConfigurationStore]", ownership: "Ownership", cluster_name: str,
                  registry: "Optional[prometheus_client.CollectorRegistry]" = None,
-                 replication: "Optional[ReplicationProvider]" = None) -> None:
+                 replication: "Optional[ReplicationProvider]" = None,
+                 security: Optional[BrokerSecurity] = None) -> None:
         self.config = config
+        # who may connect and what they may do; the broker process shares one with its admin API
+        self._owns_security = security is None
+        self.security = security if security is not None else BrokerSecurity(
+            derive(SecuritySettings, config), configuration=configuration_store, registry=registry)
         self.ml_factory = ml_factory
         self.configuration_store = configuration_store
         self.ownership = ownership
@@ -69,6 +77,20 @@ class BrokerService:
         self._server = ProtocolServer(self, config.host, config.port)
         # the same protocol on the ports of advertised listeners (each connection is alike, whichever port)
         self._servers = [self._server, *(ProtocolServer(self, h, p) for h, p in config.extra_listen_addresses)]
+        self._tls_server: Optional[ProtocolServer] = None
+        if config.tls_port:
+            from magnetar.auth.tls import ReloadingServerContext, TlsSettings
+
+            tls = ReloadingServerContext(TlsSettings(
+                cert_file=config.tls_cert_file, key_file=config.tls_key_file,
+                trust_certs_file=config.tls_trust_certs_file,
+                require_client_cert=config.tls_require_trusted_client_cert, min_protocol=config.tls_min_protocol,
+                ciphers=config.tls_ciphers))  # ConfigError now, for files that cannot be used
+            self._tls_server = ProtocolServer(self, config.host, config.tls_port, tls=tls,
+                                              handshake_timeout_s=config.tls_handshake_timeout_s)
+            self._servers.append(self._tls_server)
+        self.tls_port = 0
+        self._refresher: Optional[CredentialRefresher] = None
         self._policies: "Optional[PoliciesCache]" = None
         self._topic_policies: "Optional[TopicPoliciesCache]" = None  # topic-level replication clusters
         self._producer_ids = itertools.count()
@@ -108,6 +130,12 @@ class BrokerService:
         self.port = await self._server.start()
         for server in self._servers[1:]:
             await server.start()  # OSError (cannot bind) goes to the caller, as for the main port
+        if self._tls_server is not None:
+            self.tls_port = self._tls_server.port
+        if self.security.authentication_enabled:
+            self._refresher = CredentialRefresher(lambda: self.connections,
+                                                  interval_s=self.config.authentication_refresh_check_s)
+            self._refresher.start()
         self._periodic = asyncio.get_running_loop().create_task(self._periodic_work(), name="broker periodic work")
         if self.config.backlog_quota_check_enabled:
             await self.backlog_quota_monitor.start()
@@ -138,6 +166,8 @@ class BrokerService:
         await self.backlog_quota_monitor.close()
         await self.inactive_topic_monitor.close()
         await self.compaction_monitor.close()
+        if self._refresher is not None:
+            await self._refresher.close()
         results = await asyncio.gather(*(self.unload_topic(n) for n in list(self._topics)), return_exceptions=True)
         for r in results:
             if isinstance(r, Exception):
@@ -151,6 +181,8 @@ class BrokerService:
             self._policies.close()
         if self._topic_policies is not None:
             self._topic_policies.close()
+        if self._owns_security:
+            self.security.close()
         if self.replication is not None:
             try:
                 await self.replication.close()
@@ -178,6 +210,12 @@ class BrokerService:
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.config.advertised_address or self.config.host}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        """``pulsar+ssl://host:tls_port``, or "" without a TLS port."""
+        return f"pulsar+ssl://{self.config.advertised_address or self.config.host}:{self.tls_port}" \
+            if self.tls_port else ""
 
     def connection_closed(self, conn: "Connection") -> None:
         self.topic_list_watch.connection_closed(conn)  # the server keeps the connection registry

@@ -118,6 +118,7 @@ class BrokerThread:
                                      cluster_name=self.cluster_name)
         await self.service.start()
         self.ownership.broker_service_url = self.service.service_url
+        self.ownership.broker_service_url_tls = self.service.service_url_tls
 
     async def create_namespace(self, namespace: str, policies: Optional[Policies] = None) -> None:
         tenant, ns = namespace.split("/")
@@ -182,6 +183,11 @@ class BrokerThread:
     @property
     def url(self) -> str:
         return self.service.service_url
+
+    @property
+    def url_tls(self) -> str:
+        """``pulsar+ssl://127.0.0.1:<tls_port>`` (the config's ``tls_port``), or ""."""
+        return self.service.service_url_tls
 
     def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> Any:
         """Runs ``await fn(*args, **kwargs)`` on the broker loop and returns its result."""

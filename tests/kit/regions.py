@@ -44,8 +44,9 @@ class AdminError(AssertionError):
         self.reason = reason
 
 
-def http_json(method: str, url: str, body: Any = None, *, timeout_s: float = 30.0) -> Any:
-    """One admin REST call; follows the owner's 307 for every method (urllib only does so for GET).
+def http_json(method: str, url: str, body: Any = None, *, timeout_s: float = 30.0, token: Optional[str] = None) -> Any:
+    """One admin REST call; follows the owner's 307 for every method (urllib only does so for GET), presenting
+    ``token`` (``Authorization: Bearer``) on every hop when given.
 
     Returns the decoded JSON answer (None for an empty one); raises :class:`AdminError` otherwise.
     """
@@ -53,6 +54,8 @@ def http_json(method: str, url: str, body: Any = None, *, timeout_s: float = 30.
     for _ in range(5):
         request = urllib.request.Request(url, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
         opener = urllib.request.build_opener(_NoRedirect)
         try:
             with opener.open(request, timeout=timeout_s) as response:
@@ -89,6 +92,7 @@ class Region:
     base_dir: pathlib.Path
     bookies: list[BookieProcess] = field(default_factory=list)
     brokers: list[BrokerHandle] = field(default_factory=list)
+    admin_token: Optional[str] = None  # presented by admin() to brokers with authentication on
 
     # -- addresses -------------------------------------------------------------------------------------
 
@@ -113,7 +117,7 @@ class Region:
 
     def admin(self, method: str, path: str, body: Any = None, *, timeout_s: float = 30.0) -> Any:
         """``admin("GET", "/admin/v2/clusters")`` against a live broker of this region."""
-        return http_json(method, self.http_url + path, body, timeout_s=timeout_s)
+        return http_json(method, self.http_url + path, body, timeout_s=timeout_s, token=self.admin_token)
 
     def lookup(self, topic: str) -> dict:
         return self.admin("GET", f"/lookup/v2/topic/{topic_path(topic)}")
@@ -264,7 +268,8 @@ class Regions(Mapping[str, Region]):
 def start_regions(
     names: Sequence[str], base_dir: pathlib.Path, zk_server: ZooKeeperServer, *,
     bookies: int | Mapping[str, int] = 3, brokers: int | Mapping[str, int] = 2, request: Any = None,
-    timeout_s: float = 90.0, bookie_overrides: Optional[Mapping[str, Any]] = None, **broker_overrides: Any,
+    timeout_s: float = 90.0, bookie_overrides: Optional[Mapping[str, Any]] = None, admin_token: Optional[str] = None,
+    **broker_overrides: Any,
 ) -> Regions:
     """Starts ``names`` as regions sharing one global configuration store; returns once every process serves.
 
@@ -277,7 +282,9 @@ def start_regions(
         request: a pytest ``request``: when given, ``stop()`` is registered as its finalizer.
         timeout_s: how long every process may take to serve.
         bookie_overrides: any :class:`bookie.config.BookieConfig` setting for every bookie.
-        broker_overrides: any :class:`broker.config.BrokerConfig` setting for every broker.
+        admin_token: a token the regions' admin calls present (brokers with authentication on).
+        broker_overrides: any :class:`broker.config.BrokerConfig` setting for every broker; a callable value
+            is called with the broker's name for a setting of its own (``tls_port=lambda name: free_port()``).
     """
     if len(set(names)) != len(names):
         raise ValueError(f"region names repeat: {names}")
@@ -288,7 +295,7 @@ def start_regions(
     regions: list[Region] = []
     for name in names:
         regions.append(Region(name=name, zk_connect=zk_server.new_chroot(f"region-{name}"),
-                              base_dir=base_dir / name))
+                              base_dir=base_dir / name, admin_token=admin_token))
     deployment = Regions(regions, global_connect)
     if request is not None:
         request.addfinalizer(deployment.stop)
@@ -308,9 +315,10 @@ def start_regions(
         for region in regions:
             settings = {"cluster": region.name, "configuration_store": global_connect, "bootstrap": True,
                         **broker_overrides}
-            region.brokers = [BrokerHandle(f"{region.name}-broker-{i}", region.base_dir / "brokers",
-                                           region.zk_connect, **settings)
-                              for i in range(1, broker_counts[region.name] + 1)]
+            names_of = [f"{region.name}-broker-{i}" for i in range(1, broker_counts[region.name] + 1)]
+            region.brokers = [BrokerHandle(broker_name, region.base_dir / "brokers", region.zk_connect,
+                                           **{k: v(broker_name) if callable(v) else v for k, v in settings.items()})
+                              for broker_name in names_of]
             # Every port is known before anything starts: the cluster is registered with all of them
             # (unless the caller gave the URLs).
             urls = {"cluster_service_url": region.http_service_url, "cluster_broker_service_url": region.pulsar_url}

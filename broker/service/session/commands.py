@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from magnetar.protocol import pb, wrap
 
+from . import auth
 from . import consumer_commands as handlers_consumer
 from . import producer_commands as handlers_producer
 from . import schema_commands as schemas
@@ -42,6 +43,8 @@ def handle_connect(conn: "Connection", frame: "Frame") -> None:
         raise NotAllowedError("CONNECT on a connection already connected")
     if cmd.HasField("proxy_to_broker_url"):
         log.info("%s: ignoring proxy_to_broker_url %s (not a proxy)", conn.remote_address, cmd.proxy_to_broker_url)
+    if not auth.admit(conn, cmd):  # refused: ERROR written, connection closing
+        return
     conn.client_version = cmd.client_version
     conn.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
     conn.state = ConnectionState.CONNECTED
@@ -62,10 +65,6 @@ def handle_pong(conn: "Connection", frame: "Frame") -> None:
     pass  # any received byte already counts as liveness
 
 
-def handle_auth_response(conn: "Connection", frame: "Frame") -> None:
-    pass  # no authentication challenge is ever sent by this broker (the proxy authenticates)
-
-
 # ------------------------------------------------------------------------------------------ lookups
 
 
@@ -74,6 +73,7 @@ async def handle_partitioned_metadata(conn: "Connection", frame: "Frame") -> Non
     Response = pb.CommandPartitionedTopicMetadataResponse
     try:
         topic = parse_topic(cmd.topic)
+        await auth.authorize_lookup(conn, topic)
         partitions = await conn.service.partitions_of(topic)
     except BrokerServiceError as exc:
         conn.send_command(Response(request_id=cmd.request_id, response=Response.Failed,
@@ -88,6 +88,7 @@ async def handle_lookup(conn: "Connection", frame: "Frame") -> None:
     Response = pb.CommandLookupTopicResponse
     try:
         topic = parse_topic(cmd.topic)
+        await auth.authorize_lookup(conn, topic)
         # pulsar-client always sends advertised_listener_name, "" unless given one (the default URLs)
         result = await conn.service.ownership.lookup(str(topic), authoritative=cmd.authoritative,
                                                      listener_name=cmd.advertised_listener_name)
@@ -112,6 +113,7 @@ async def handle_get_topics_of_namespace(conn: "Connection", frame: "Frame") -> 
     client's ``topics_hash`` still holds (``topic_list.py``)."""
     cmd = frame.command.getTopicsOfNamespace
     tenant, namespace = parse_namespace(cmd.namespace)
+    await auth.authorize_namespace(conn, tenant, namespace)
     mode = cmd.mode if cmd.HasField("mode") else pb.CommandGetTopicsOfNamespace.PERSISTENT
     topics = await conn.service.topics_of_namespace(tenant, namespace, mode)
     response = pb.CommandGetTopicsOfNamespaceResponse(request_id=cmd.request_id)
@@ -133,6 +135,7 @@ async def handle_watch_topic_list(conn: "Connection", frame: "Frame") -> None:
         raise UnsupportedError("command WATCH_TOPIC_LIST is not supported on this connection: CONNECT did not "
                                "set FeatureFlags.supports_topic_watchers, or this broker does not serve topic list "
                                "watchers")
+    await auth.authorize_namespace(conn, *parse_namespace(cmd.namespace))
     watcher = await conn.service.topic_list_watch.watch(conn, watcher_id=cmd.watcher_id, namespace=cmd.namespace,
                                                         pattern=cmd.topics_pattern)
     # No await from here on: the success leaves before any update of this watcher.
@@ -216,7 +219,7 @@ HANDLERS: dict[int, Callable] = {
     BaseCommand.CONNECT: handle_connect,
     BaseCommand.PING: handle_ping,
     BaseCommand.PONG: handle_pong,
-    BaseCommand.AUTH_RESPONSE: handle_auth_response,
+    BaseCommand.AUTH_RESPONSE: auth.handle_auth_response,
     BaseCommand.PARTITIONED_METADATA: handle_partitioned_metadata,
     BaseCommand.LOOKUP: handle_lookup,
     BaseCommand.GET_TOPICS_OF_NAMESPACE: handle_get_topics_of_namespace,

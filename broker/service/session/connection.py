@@ -25,6 +25,10 @@ that paused it resumes it.
 
 Keep-alive: every ``keep_alive_interval_s`` the connection PINGs a quiet peer; a peer quiet for another
 interval after that is closed.
+
+Who is connected (``identity``: role, original principal, when the credentials expire) is decided by CONNECT
+and kept fresh by AUTH_CHALLENGE / AUTH_RESPONSE (``auth.py``); on the TLS port, ``peer_certificate`` is the
+client certificate the handshake verified.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ import asyncio
 import enum
 import inspect
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any, Optional
 
 from magnetar.protocol import FrameDecoder, ProtocolError, command_body, encode_command, pb, wrap
 
 from ..errors import BrokerServiceError, map_error
+from .auth import ConnectionIdentity
 from .consumer_endpoints import ConsumerEndpoints
 
 if TYPE_CHECKING:
@@ -71,6 +77,9 @@ class Connection(ConsumerEndpoints):
         self._transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES)
         peer = writer.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # a client certificate the TLS handshake verified (None on the plain port, or when none was presented)
+        self.peer_certificate: Optional[dict] = writer.get_extra_info("peercert") or None
+        self.identity = ConnectionIdentity()  # who is connected: set by CONNECT (session/auth.py)
         self.state = ConnectionState.AWAITING_CONNECT
         self.client_version = ""
         self.protocol_version = 0
@@ -229,7 +238,7 @@ class Connection(ConsumerEndpoints):
                         break
                 if not self._publish_room.is_set():
                     await self._publish_room.wait()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):  # a peer gone, or broken TLS records
             pass
         except asyncio.CancelledError:
             raise

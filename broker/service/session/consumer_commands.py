@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from magnetar.protocol import pb
 
 from ..errors import ConsumerNotFoundError, NotAllowedError, ServiceNotReadyError, TopicNotFoundError, parse_topic
+from .auth import authorize_consume
 from .schema_commands import check_subscribe_schema
 from .requests import acked_ids, position_of, signed, subscribe_request
 
@@ -51,6 +52,7 @@ async def handle_subscribe(conn: "Connection", frame: "Frame") -> None:
     consumer = None
     try:
         topic_name = parse_topic(cmd.topic)
+        await authorize_consume(conn, topic_name, cmd.subscription)  # refused before anything is loaded or created
         topic = await conn.service.get_topic(str(topic_name), create=cmd.force_topic_creation)
         if topic is None:
             raise TopicNotFoundError(f"topic {topic_name} does not exist")

@@ -16,6 +16,7 @@ from magnetar.protocol import pb
 
 from ..policies.delayed_delivery import check_send as check_delivery_delay
 from ..errors import ChecksumMismatchError, MessageTooLargeError, NotAllowedError, ServiceNotReadyError, parse_topic
+from .auth import authorize_produce
 from .producer import Producer
 from .schema_commands import producer_schema_version
 
@@ -47,6 +48,7 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
         topic_name = parse_topic(cmd.topic)
         if cmd.txn_enabled:
             raise NotAllowedError("transactions are not supported by this broker")
+        await authorize_produce(conn, topic_name)  # refused before anything is loaded or created
         topic = await conn.service.get_topic(str(topic_name), create=True)
         if cmd.HasField("initial_subscription_name") and cmd.initial_subscription_name:
             # e.g. a dead-letter producer: its subscription must exist before the first message lands

@@ -24,6 +24,7 @@ from magnetar.protocol import pb
 
 from ..topics.dedup import is_replicator
 from ..errors import BrokerServiceError, parse_topic
+from .auth import authorize_lookup, authorize_produce
 
 if TYPE_CHECKING:
     from magnetar.protocol import Frame
@@ -140,6 +141,7 @@ async def handle_get_schema(conn: "Connection", frame: "Frame") -> None:
     cmd = frame.command.getSchema
     Response = pb.CommandGetSchemaResponse
     topic_name = parse_topic(cmd.topic)
+    await authorize_lookup(conn, topic_name)
     registry = registry_of(conn.service)
     version: Optional[int] = None
     if cmd.HasField("schema_version") and cmd.schema_version:
@@ -168,6 +170,7 @@ async def handle_get_or_create_schema(conn: "Connection", frame: "Frame") -> Non
     cmd = frame.command.getOrCreateSchema
     Response = pb.CommandGetOrCreateSchemaResponse
     topic_name: "TopicName" = parse_topic(cmd.topic)
+    await authorize_produce(conn, topic_name)
     topic = await conn.service.get_topic(str(topic_name), create=False)
     if topic is None:
         conn.send_command(Response(request_id=cmd.request_id, error_code=ServerError.TopicNotFound,
