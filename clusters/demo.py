@@ -468,14 +468,14 @@ def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 10
     accesses = [access_of(topo, r) for r in regions]
     replicate_namespace(accesses[0].admin(), regions)
     checks: list[Check] = []
-    if any(a.through_proxy for a in accesses):
+    if any(a.secured for a in accesses):
         try:
             grant_app(accesses[0].admin(), NAMESPACE)
             for access in accesses:
                 wait_granted(access, topic, client_log)
             checks.append(Check(f"{APP_ROLE} granted produce and consume", True,
-                                f"on {NAMESPACE}, through the {regions[0]} proxy with the admin token; "
-                                f"effective at every proxy"))
+                                f"on {NAMESPACE}, at {accesses[0].admin_url} with the admin token; "
+                                f"effective in every region"))
         except Exception as exc:  # noqa: BLE001 - a failed check, with what happened
             checks.append(Check(f"{APP_ROLE} granted produce and consume", False, f"{type(exc).__name__}: {exc}"))
         checks += refusals(accesses, NAMESPACE, client_log)

@@ -4,8 +4,9 @@ A region with a proxy (``[regions.proxy]``) is reached as an application outside
 pulsar-client at the proxy's ``pulsar+ssl://`` URL, trusting the deployment's CA with the host name verified,
 with a token of the ``demo-app`` role made at the first ``up`` by ``magnetar.auth.tokens``; admin calls at the
 proxy's ``https://`` URL with the ``admin`` (superuser) token. ``demo-app`` may do nothing until the demo grants
-it ``produce`` and ``consume`` on its namespace (:func:`grant_app`). A region without a proxy is reached
-directly at its first broker's ``pulsar://`` and ``http://``, without credentials.
+it ``produce`` and ``consume`` on its namespace (:func:`grant_app`). A region without a proxy is reached at its
+first broker: at its ``pulsar+ssl://`` and ``https://`` with the same credentials when the topology is secured
+(its brokers enforce them too), else at ``pulsar://`` and ``http://`` without any.
 
 :func:`refusals` shows what the proxy keeps out, each a check: a client without credentials (the proxy answers
 its CONNECT with AuthenticationError and closes; pulsar-client retries until its operation timeout) and a role
@@ -24,8 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from magnetar import admin_client
-from magnetar.admin_client import AdminClient, AdminError
+from magnetar.admin_client import AdminClient, AdminCredentials, AdminError
 
 from . import security
 
@@ -48,7 +48,8 @@ class RegionAccess:
         service_url: pulsar-client's service URL (the proxy's ``pulsar+ssl://``, or the first broker's).
         admin_url: the admin REST API (the proxy's ``https://``, or the first broker's ``http://``).
         metrics_url: the proxy's ``/metrics`` ("" without a proxy).
-        security_dir: the deployment's CA, certificates and tokens (None without a proxy).
+        security_dir: the deployment's CA, certificates and tokens (None: a topology without security).
+        through_proxy: whether the URLs are the region's proxy's.
     """
 
     region: str
@@ -56,9 +57,10 @@ class RegionAccess:
     admin_url: str
     metrics_url: str = ""
     security_dir: Optional[pathlib.Path] = None
+    through_proxy: bool = False
 
     @property
-    def through_proxy(self) -> bool:
+    def secured(self) -> bool:
         return self.security_dir is not None
 
     @property
@@ -70,7 +72,7 @@ class RegionAccess:
     def client_settings(self, *, role: Optional[str] = security.APP_ROLE, token: Optional[str] = None) -> dict[str, Any]:
         """pulsar.Client keyword arguments: TLS towards the proxy and a token of ``role`` (or ``token``);
         ``role=None`` and no ``token``: no credentials."""
-        if not self.through_proxy:
+        if not self.secured:
             return {}
         import pulsar
 
@@ -82,11 +84,11 @@ class RegionAccess:
         return settings
 
     def admin(self) -> AdminClient:
-        """An admin client: through the proxy with the admin token, else at the first broker."""
-        if not self.through_proxy:
+        """An admin client, with the admin token when the topology is secured."""
+        if not self.secured:
             return AdminClient(self.admin_url)
-        return _BearerAdminClient(self.admin_url, token=self.files.token(security.ADMIN_ROLE),
-                                  ca_file=str(self.files.ca_file))
+        return AdminClient(self.admin_url, credentials=AdminCredentials(
+            token=self.files.token(security.ADMIN_ROLE), tls_trust_certs_file=str(self.files.ca_file)))
 
     def proxy_metric(self, name: str) -> float:
         """A sample of the proxy's ``/metrics``: ``name`` with its labels as exposed, or a bare name for the
@@ -102,37 +104,16 @@ class RegionAccess:
         return total
 
 
-class _Bearer(urllib.request.BaseHandler):
-    """Adds ``Authorization: Bearer <token>`` to every request the opener sends (redirects included)."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-    def https_request(self, request: urllib.request.Request) -> urllib.request.Request:
-        request.add_unredirected_header("Authorization", f"Bearer {self.token}")
-        return request
-
-    http_request = https_request
-
-
-class _BearerAdminClient(AdminClient):
-    """:class:`AdminClient` over HTTPS (the deployment's CA) presenting a token."""
-
-    def __init__(self, base_url: str, *, token: str, ca_file: str, timeout_s: float = 30.0) -> None:
-        super().__init__(base_url, timeout_s=timeout_s)
-        context = ssl.create_default_context(cafile=ca_file)
-        self._opener = urllib.request.build_opener(admin_client._NoRedirect, urllib.request.HTTPSHandler(context=context),
-                                                   _Bearer(token))
-
-
 def access_of(topo: dict[str, Any], region: str) -> RegionAccess:
     """How to reach ``region`` of a ``topology.json`` document."""
     entry = topo["regions"][region]
     proxy = entry.get("proxy")
-    if proxy is not None and topo.get("security"):
-        return RegionAccess(region, proxy["pulsar_ssl"], proxy["https"], proxy["metrics"],
-                            pathlib.Path(topo["security"]["dir"]))
+    security_dir = pathlib.Path(topo["security"]["dir"]) if topo.get("security") else None
+    if proxy is not None and security_dir is not None:
+        return RegionAccess(region, proxy["pulsar_ssl"], proxy["https"], proxy["metrics"], security_dir, True)
     broker = entry["brokers"][0]
+    if security_dir is not None and "pulsar_ssl" in broker:
+        return RegionAccess(region, broker["pulsar_ssl"], broker["https"], security_dir=security_dir)
     return RegionAccess(region, broker["pulsar"], broker["http"])
 
 
@@ -156,8 +137,8 @@ def grant_app(admin: AdminClient, namespace: str, role: str = security.APP_ROLE)
 
 
 def wait_granted(access: RegionAccess, topic: str, client_log: Optional[pathlib.Path], timeout_s: float = 20.0) -> None:
-    """Until the region's proxy lets the app role look ``topic`` up: a grant reaches each proxy by a watch
-    on the configuration store, a moment after the admin call returned."""
+    """Until the region lets the app role look ``topic`` up: a grant reaches each proxy and broker by a
+    watch on the configuration store, a moment after the admin call returned."""
     import pulsar
 
     client = pulsar_client(access, client_log, operation_timeout_s=5)
@@ -259,7 +240,7 @@ def try_it_lines(topo: dict[str, Any], data_dir: pathlib.Path, namespace: str, t
     """Commands to try on the running deployment, as its first two regions are reached."""
     regions = list(topo["regions"])
     first, second = (access_of(topo, r) for r in regions[:2])
-    if not first.through_proxy:
+    if not first.secured:
         return [
             f"magnetar admin namespaces get-clusters {namespace} --data-dir {data_dir}",
             f"magnetar admin topics stats {topic} --url {first.admin_url} --json   # 'replication'",
@@ -269,7 +250,7 @@ def try_it_lines(topo: dict[str, Any], data_dir: pathlib.Path, namespace: str, t
     sec = first.files
     return [
         f"curl --cacert {sec.ca_file} -H \"Authorization: Bearer $(cat {sec.token_file(security.ADMIN_ROLE)})\" "
-        f"{first.admin_url}/admin/v2/namespaces/{namespace}/permissions   # through the {regions[0]} proxy",
+        f"{first.admin_url}/admin/v2/namespaces/{namespace}/permissions   # {regions[0]}'s admin API",
         f"magnetar tokens create -sk {sec.token_secret_key_url} -s my-app   # a token for another role",
         f"python -c \"import pulsar; c = pulsar.Client('{second.service_url}', tls_trust_certs_file_path="
         f"'{sec.ca_file}', tls_validate_hostname=True, authentication=pulsar.AuthenticationToken("

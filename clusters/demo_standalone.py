@@ -121,9 +121,9 @@ def single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, si
     brokers = region.get("brokers", [])
     if brokers:
         produce = access_of(topo, region_name)
-        consume = produce if produce.through_proxy else RegionAccess(region_name, brokers[-1]["http"], brokers[-1]["http"])
+        consume = produce if produce.secured else RegionAccess(region_name, brokers[-1]["http"], brokers[-1]["http"])
         topic, messages = f"persistent://public/default/demo-{int(time.time())}", 20_000
-        if produce.through_proxy:
+        if produce.secured:
             ok = _secured(produce, topic, client_log) and ok
         console.print(f"\nA Pulsar application (pulsar-client) sends {messages:,} messages through "
                       f"{produce.service_url} and consumes them through {consume.service_url}...")
@@ -136,7 +136,7 @@ def single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, si
         table.add_row("every message once, in order", "yes" if pj["in_order_once"] else "[red]NO[/red]")
         console.print(table)
         ok = ok and pj["in_order_once"]
-        if not produce.through_proxy:
+        if not produce.secured:
             console.print("\nTry it yourself:")
             console.print(f"  magnetar produce {produce.service_url} my-topic -m hello -n 3")
             console.print(f"  magnetar consume {produce.service_url} my-topic -s my-sub -n 3")
@@ -145,12 +145,12 @@ def single_region(data_dir: pathlib.Path, topo: dict[str, Any], entries: int, si
 
 
 def _secured(access: RegionAccess, topic: str, client_log: Optional[pathlib.Path]) -> bool:
-    """Through the region's proxy: the app role is granted public/default; refusals shown. True when all passed."""
+    """The app role is granted ``topic``'s namespace; the proxy's refusals shown. True when all passed."""
     namespace = topic.split("://", 1)[1].rsplit("/", 1)[0]
     grant_app(access.admin(), namespace)
     wait_granted(access, topic, client_log)
     checks = refusals([access], namespace, client_log)
-    table = Table(title=f"Through the proxy ({access.service_url}): {APP_ROLE} granted produce and consume on {namespace}")
+    table = Table(title=f"At {access.service_url}: {APP_ROLE} granted produce and consume on {namespace}")
     table.add_column("check")
     table.add_column("result")
     table.add_column("detail")

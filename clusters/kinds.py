@@ -215,14 +215,24 @@ class BrokerKind(ProcessKind):
 
     It serves its region's ZooKeeper for local metadata and the global ZooKeeper (when the topology has
     one) as configuration store; brokers start once the bookies are healthy.
+
+    In a secured topology (one with a proxy) it also serves ``pulsar+ssl://`` and ``https://`` with the
+    deployment's certificate, and authenticates (token or client certificate) and authorizes every client on
+    every port: ``admin`` and its own fellow processes' roles (``proxy``, ``replicator``) are superusers,
+    ``proxy`` may act for the clients it names (``proxy_roles``). Towards other brokers and regions (admin
+    fan-out, replicators) it presents the ``replicator`` token over TLS, to the remote region's registered
+    ``pulsar+ssl://`` URL.
     """
 
     name = "broker"
     tier = 20
-    shown = ("pulsar", "http")
+    shown = ("pulsar", "pulsar_ssl", "http")
 
     def instances(self, topology: Topology) -> list[Instance]:
-        return numbered_instances(topology, self.name, "brokers", {"pulsar": "port_base", "http": "http_port_base"})
+        bases = {"pulsar": "port_base", "http": "http_port_base"}
+        if topology.secured:
+            bases.update(pulsar_ssl="tls_port_base", https="web_tls_port_base")
+        return numbered_instances(topology, self.name, "brokers", bases)
 
     def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
         return plan.process_dir(inst) / "broker.toml"
@@ -247,6 +257,8 @@ class BrokerKind(ProcessKind):
             "configuration_store": global_zk,
             **self.region_urls(inst.region, plan),
         }
+        if plan.topology.secured:
+            config.update(self.security_config(inst, plan))
         bookies = plan.topology.region(inst.region).bookies
         if bookies is not None:
             ensemble = min(3, bookies.count)
@@ -261,6 +273,31 @@ class BrokerKind(ProcessKind):
             + dumps_toml(config)
         )
         return magnetar_command("broker", "--config", str(path))
+
+    def security_config(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        """The ``broker.toml`` keys of a secured topology (see the class docstring)."""
+        sec = plan.security
+        brokers = [i for i in plan.instances if i.kind == self.name and i.region == inst.region]
+        return {
+            "tls_port": inst.ports["pulsar_ssl"],
+            "web_tls_port": inst.ports["https"],
+            "tls_cert_file": str(sec.server.cert_file),
+            "tls_key_file": str(sec.server.key_file),
+            "tls_trust_certs_file": str(sec.ca_file),
+            "authentication_enabled": True,
+            "authentication_providers": ["token", "tls"],
+            "token_secret_key": sec.token_secret_key_url,
+            "authorization_enabled": True,
+            "superuser_roles": list(security.BROKER_SUPERUSER_ROLES),
+            "proxy_roles": list(security.PROXY_ROLES),
+            "broker_client_auth_method": "token",
+            "broker_client_auth_params": sec.token_file(security.REPLICATOR_ROLE).as_uri(),
+            "broker_client_trust_certs_file": str(sec.ca_file),
+            "broker_client_tls_enabled": True,
+            "cluster_service_url_tls": "https://" + ",".join(f"{i.host}:{i.ports['https']}" for i in brokers),
+            "cluster_broker_service_url_tls": "pulsar+ssl://" + ",".join(
+                f"{i.host}:{i.ports['pulsar_ssl']}" for i in brokers),
+        }
 
     def region_urls(self, region: Optional[str], plan: "Plan") -> dict[str, str]:
         """``cluster_service_url`` and ``cluster_broker_service_url``: every broker of ``region``, written as
@@ -280,17 +317,18 @@ class BrokerKind(ProcessKind):
                     return False
         except OSError:
             return False
-        return is_listening(inst.host, inst.ports["pulsar"], timeout_s=1)
+        return all(is_listening(inst.host, inst.ports[p], timeout_s=1) for p in ("pulsar", "pulsar_ssl", "https")
+                   if p in inst.ports)
 
     def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
         http = f"http://{inst.host}:{inst.ports['http']}"
-        return {
-            "broker_id": inst.name,
-            "pulsar": f"pulsar://{inst.host}:{inst.ports['pulsar']}",
-            "http": http,
-            "metrics": f"{http}/metrics",
-            "config": str(self.config_path(inst, plan)),
-        }
+        found = {"broker_id": inst.name, "pulsar": f"pulsar://{inst.host}:{inst.ports['pulsar']}"}
+        if "pulsar_ssl" in inst.ports:
+            found["pulsar_ssl"] = f"pulsar+ssl://{inst.host}:{inst.ports['pulsar_ssl']}"
+        found["http"] = http
+        if "https" in inst.ports:
+            found["https"] = f"https://{inst.host}:{inst.ports['https']}"
+        return {**found, "metrics": f"{http}/metrics", "config": str(self.config_path(inst, plan))}
 
 
 class ProxyKind(ProcessKind):
@@ -298,8 +336,9 @@ class ProxyKind(ProcessKind):
     brokers, started once they are healthy (it forwards only to brokers registered in the region's ZooKeeper).
 
     Its certificate, the CA clients are verified against, the token key and its own token towards brokers
-    are the deployment's (``clusters.security``); ``admin`` is its superuser. Brokers speak plain
-    ``pulsar://`` until they serve TLS, so it reaches them there (``tls_enabled_with_broker`` off).
+    are the deployment's (``clusters.security``); ``admin`` is its superuser. It reaches brokers only at their
+    ``pulsar+ssl://`` and ``https://`` endpoints (``tls_enabled_with_broker``), their certificate and host
+    name verified against the deployment's CA, as role ``proxy`` naming each client's role.
     """
 
     name = "proxy"
@@ -347,7 +386,7 @@ class ProxyKind(ProcessKind):
             "token_secret_key": sec.token_secret_key_url,
             "authorization_enabled": s.authorization_enabled,
             "superuser_roles": list(security.SUPERUSER_ROLES),
-            "tls_enabled_with_broker": False,
+            "tls_enabled_with_broker": True,
             "broker_client_trust_certs_file": str(sec.ca_file),
             "broker_client_auth_method": "token",
             "broker_client_auth_params": sec.token_file(security.PROXY_ROLE).as_uri(),

@@ -11,9 +11,11 @@ makes, in ``<data-dir>/security/`` (keys and tokens mode 0600, written atomicall
     <role>.cert.pem, <role>.key.pem  a client certificate for each role (subject CN = the role)
 
 for the roles a deployment needs (:data:`ROLES`): ``admin`` (a superuser: what operators and the demo's
-admin calls use), ``proxy`` (what proxies present to brokers, in their ``proxy_roles``), ``replicator``
-(what brokers present to other regions) and ``demo-app`` (the demo application, given produce and consume
-on its namespace by the demo itself).
+admin calls use), ``proxy`` (what proxies present to brokers, in the brokers' ``proxy_roles``),
+``replicator`` (what brokers present to each other and to other regions: admin fan-out, replicators) and
+``demo-app`` (the demo application, given produce and consume on its namespace by the demo itself). The
+proxies and the brokers of the deployment verify tokens with the one secret key and certificates with the
+one CA.
 
 Later ``up`` s keep what exists, so tokens and certificates handed out stay valid: only missing files are
 made, except that a new CA re-issues every certificate (the old ones chain to nothing), a new secret key
@@ -37,7 +39,11 @@ PROXY_ROLE = "proxy"
 REPLICATOR_ROLE = "replicator"
 APP_ROLE = "demo-app"
 ROLES = (ADMIN_ROLE, PROXY_ROLE, REPLICATOR_ROLE, APP_ROLE)
-SUPERUSER_ROLES = (ADMIN_ROLE,)
+SUPERUSER_ROLES = (ADMIN_ROLE,)  # at the proxies
+# At the brokers: the operator, and the deployment's own processes. A proxy role must also be allowed what it
+# does for a client (Pulsar authorizes both the proxy's role and the client's), and brokers' fan-out admin
+# calls and replicators act as the replicator role.
+BROKER_SUPERUSER_ROLES = (ADMIN_ROLE, PROXY_ROLE, REPLICATOR_ROLE)
 PROXY_ROLES = (PROXY_ROLE,)
 
 _SERVER = "server"
@@ -93,6 +99,7 @@ class SecurityFiles:
             "server_key_file": str(self.server.key_file),
             "token_secret_key_file": str(self.token_secret_key_file),
             "superuser_roles": list(SUPERUSER_ROLES),
+            "broker_superuser_roles": list(BROKER_SUPERUSER_ROLES),
             "proxy_roles": list(PROXY_ROLES),
             "roles": {
                 role: {"token_file": str(self.token_file(role)), "cert_file": str(self.client(role).cert_file),

@@ -149,33 +149,47 @@ class BrokersSettings:
     ``default_namespace_bundles = 8``), scalars only, never a key the supervisor sets (:attr:`RESERVED`).
     The managed-ledger quorums default to what the region's bookies allow (E = min(3, bookies),
     Qw = Qa = min(2, E)) unless given here.
+
+    In a secured topology (one with a proxy) every broker also serves ``pulsar+ssl://`` and ``https://``
+    (``tls_port_base``, ``web_tls_port_base``) and enforces authentication and authorization with the
+    deployment's material (``clusters.kinds.BrokerKind``); the security keys are then the supervisor's.
     """
 
     count: int = 1
     host: str = "127.0.0.1"
     port_base: int = 0
     http_port_base: int = 0
+    tls_port_base: int = 0
+    web_tls_port_base: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     PASSTHROUGH: ClassVar[bool] = True
     RESERVED: ClassVar[frozenset[str]] = frozenset(
         {"broker_id", "cluster", "bind_host", "advertised_host", "port", "http_port", "data_dir", "zookeeper",
-         "configuration_store", "cluster_service_url", "cluster_broker_service_url"}
+         "configuration_store", "cluster_service_url", "cluster_broker_service_url", "tls_port", "web_tls_port",
+         "cluster_service_url_tls", "cluster_broker_service_url_tls", "tls_cert_file", "tls_key_file",
+         "tls_trust_certs_file", "authentication_enabled", "authentication_providers", "authorization_enabled",
+         "superuser_roles", "proxy_roles", "token_secret_key", "token_public_key", "broker_client_auth_method",
+         "broker_client_auth_params", "broker_client_trust_certs_file", "broker_client_tls_enabled"}
     )
+    PORT_BASES: ClassVar[tuple[str, ...]] = ("port_base", "http_port_base", "tls_port_base", "web_tls_port_base")
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if not 1 <= self.count <= 64:
             yield "count", f"must be in [1, 64], got {self.count}"
         yield from _host_problems("host", self.host)
-        for key in ("port_base", "http_port_base"):
+        ranges: dict[str, set[int]] = {}
+        for key in self.PORT_BASES:
             base = getattr(self, key)
             yield from _port_problems(key, base)
             if base and base + self.count - 1 > 65535:
                 yield key, f"{base} + count - 1 exceeds 65535"
-        if self.port_base and self.http_port_base:
-            binary = set(range(self.port_base, self.port_base + self.count))
-            if binary & set(range(self.http_port_base, self.http_port_base + self.count)):
-                yield "http_port_base", "the binary-protocol and HTTP port ranges overlap"
+            if base:
+                ours = set(range(base, base + self.count))
+                for other, theirs in ranges.items():
+                    if ours & theirs:
+                        yield key, f"the port ranges of {other} and {key} overlap"
+                ranges[key] = ours
         yield from _passthrough_problems(self.extra, self.RESERVED, "broker.toml", "each broker")
 
 

@@ -15,14 +15,16 @@ from typing import Any, Optional
 
 import typer
 
-from magnetar.admin_client import AdminClient, AdminCredentials, AdminError, default_url
+from magnetar.admin_client import (AdminClient, AdminCredentials, AdminError, credentials_from_environment,
+                                   default_url, deployment_credentials)
 from magnetar.topic_name import InvalidTopicNameError, TopicName
 
 # ---------------------------------------------------------------------------------------------- options
 
 UrlOpt = typer.Option(None, "--url", help="A broker's HTTP URL (default: from --data-dir, "
                                           "$MAGNETAR_ADMIN_URL or http://127.0.0.1:8080).")
-DataDirOpt = typer.Option(None, "--data-dir", help="A deployment's data dir: use its first broker.")
+DataDirOpt = typer.Option(None, "--data-dir", help="A deployment's data dir: use its first broker (and its "
+                          "admin token, when it has security material).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
 ClustersOpt = typer.Option(..., "--clusters", help="Comma-separated cluster names, e.g. us-east,eu-west.")
 
@@ -76,7 +78,11 @@ CREDENTIALS: Optional[AdminCredentials] = None
 def call(url: Optional[str], data_dir: Optional[pathlib.Path], method: str, path: str, body: Any = None) -> Any:
     """The broker's answer to one request; on an error, prints it and exits 1."""
     try:
-        client = AdminClient(url or default_url(data_dir), credentials=CREDENTIALS)  # None: the environment's
+        credentials = CREDENTIALS  # None: the environment's
+        if url is None and data_dir is not None and not (credentials or credentials_from_environment()).token:
+            # A deployment of `magnetar up` with security material: its admin token, unless one was given.
+            credentials = deployment_credentials(data_dir) or credentials
+        client = AdminClient(url or default_url(data_dir), credentials=credentials)
         return client.request(method, path, body)
     except AdminError as e:
         typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)

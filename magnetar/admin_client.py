@@ -27,7 +27,7 @@ from typing import Any, Optional
 from magnetar.errors import MagnetarError
 
 __all__ = ["DEFAULT_URL", "AdminClient", "AdminCredentials", "AdminError", "credentials_from_environment",
-           "default_url"]
+           "default_url", "deployment_credentials"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 _REDIRECTS_MAX = 8
@@ -163,6 +163,23 @@ def _reason(raw: bytes) -> str:
     except ValueError:
         pass
     return raw.decode(errors="replace").strip() or "(no reason given)"
+
+
+def deployment_credentials(data_dir: pathlib.Path) -> Optional[AdminCredentials]:
+    """The admin role's token and the CA of a ``magnetar up`` deployment with security material (the
+    ``security`` entry of ``data_dir/topology.json``); None when it has none."""
+    path = pathlib.Path(data_dir) / "topology.json"
+    try:
+        security = json.loads(path.read_text()).get("security")
+    except (OSError, ValueError) as e:
+        raise AdminError(0, f"cannot read {path}: {e}") from None
+    if not security:
+        return None
+    admin = (security.get("superuser_roles") or ["admin"])[0]
+    token_file = ((security.get("roles") or {}).get(admin) or {}).get("token_file")
+    if not token_file:
+        raise AdminError(0, f"{path} names no token of the {admin} role")
+    return AdminCredentials(token=read_token_file(token_file), tls_trust_certs_file=security.get("ca_file", ""))
 
 
 def default_url(data_dir: Optional[pathlib.Path]) -> str:

@@ -1,8 +1,8 @@
 """`magnetar up clusters/local.toml`: two regions and the global ZooKeeper as real processes. Each region's
 brokers register it in the global store with every broker's URL, both regions see both clusters, the admin
 CLI sets namespace- and topic-level replication clusters, each region's proxy serves pulsar+ssl:// and https://
-with the deployment's CA and tokens (and refuses clients without credentials or permission), and
-`magnetar down` leaves nothing running."""
+with the deployment's CA and tokens (and refuses clients without credentials or permission), brokers enforce
+the same credentials when reached directly, and `magnetar down` leaves nothing running."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def local(tmp_path: pathlib.Path):
         yield deployment
 
 
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
+def get_json(url: str, token: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 
@@ -70,8 +71,12 @@ def admin_json(url: str, *args: str) -> Any:
     return json.loads(admin(url, *args, "--json"))
 
 
-def test_two_regions_register_each_other_and_go_down_cleanly(local) -> None:
+def test_two_regions_register_each_other_and_go_down_cleanly(local, monkeypatch) -> None:
     ddir, doc = local
+    security = doc["security"]
+    tokens = {role: pathlib.Path(r["token_file"]).read_text().strip() for role, r in security["roles"].items()}
+    # The operator's credentials for `magnetar admin --url <a broker>` (brokers enforce authentication too).
+    monkeypatch.setenv("MAGNETAR_AUTH_TOKEN_FILE", security["roles"]["admin"]["token_file"])
 
     # -- topology.json: the global ZooKeeper and both regions, complete -------------------------------
     assert doc["global_zookeeper"]["kind"] == "zookeeper" and doc["global_zookeeper"]["connect"]
@@ -86,14 +91,16 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local) -> None:
     # -- each region registered itself with all its brokers; each region sees both ----------------------
     east, west = (doc["regions"][r]["brokers"][0]["http"] for r in REGIONS)
     for url in (east, west):
-        wait_for(lambda: sorted(get_json(f"{url}/admin/v2/clusters")) == sorted(REGIONS), 30,
+        wait_for(lambda: sorted(get_json(f"{url}/admin/v2/clusters", tokens["admin"])) == sorted(REGIONS), 30,
                  what=f"both clusters listed by {url}")
     for region in REGIONS:
         brokers = doc["regions"][region]["brokers"]
-        data = get_json(f"{west}/admin/v2/clusters/{region}")
+        data = get_json(f"{west}/admin/v2/clusters/{region}", tokens["admin"])
         assert data["serviceUrl"] == "http://" + ",".join(b["http"].removeprefix("http://") for b in brokers)
         assert data["brokerServiceUrl"] == "pulsar://" + ",".join(
             b["pulsar"].removeprefix("pulsar://") for b in brokers)
+        assert data["brokerServiceUrlTls"] == "pulsar+ssl://" + ",".join(
+            b["pulsar_ssl"].removeprefix("pulsar+ssl://") for b in brokers)  # what replicators connect to
 
     # -- the admin CLI: replicate a namespace, override one topic, manage a cluster entry ---------------
     admin(east, "tenants", "create", "acme", "--allowed-clusters", "us-east,eu-west")
@@ -120,12 +127,10 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local) -> None:
     assert sorted(admin_json(east, "clusters", "list")) == sorted(REGIONS)
 
     # -- the proxies: TLS, the deployment's CA and tokens; no credentials or no permission, no data --------
-    security = doc["security"]
     ca = security["ca_file"]
     for private in [security["token_secret_key_file"], security["server_key_file"],
                     *(r["token_file"] for r in security["roles"].values())]:
         assert stat.S_IMODE(pathlib.Path(private).stat().st_mode) == 0o600, private
-    tokens = {role: pathlib.Path(r["token_file"]).read_text().strip() for role, r in security["roles"].items()}
     status = magnetar("status", "--data-dir", str(ddir.root), timeout_s=60)
     assert status.returncode == 0, status.stdout + status.stderr
     for region in REGIONS:
@@ -151,6 +156,17 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local) -> None:
         app.close()
         assert proxy_metric(proxy, ca, "magnetar_proxy_authorization_failures_total") > refused
         assert f"proxied-{region}" not in admin(east, "topics", "list", "acme/geo")  # nothing created
+
+    # Brokers reached directly enforce the same: no credentials, no data (and no admin API).
+    broker = doc["regions"]["us-east"]["brokers"][0]
+    with pytest.raises(urllib.error.HTTPError) as refused_http:
+        urllib.request.urlopen(broker["http"] + "/admin/v2/clusters", timeout=10)
+    assert refused_http.value.code == 401
+    direct = pulsar.Client(broker["pulsar"], operation_timeout_seconds=3,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    with pytest.raises(pulsar.PulsarException):
+        direct.create_producer("persistent://acme/geo/direct")
+    direct.close()
 
     admin(east, "namespaces", "grant-permission", "acme/geo", "--role", "demo-app", "--actions", "produce,consume")
     east_proxy = doc["regions"]["us-east"]["proxy"]

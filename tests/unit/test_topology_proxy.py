@@ -10,6 +10,7 @@ import tomllib
 import pytest
 from cryptography import x509
 
+from broker.config import BrokerConfig
 from clusters import STANDALONE, security
 from clusters.kinds import Plan, make_plan
 from clusters.supervisor import topology_document
@@ -129,11 +130,52 @@ def test_proxy_config_names_its_region_and_the_deployments_security_material(tmp
     assert config.authorization_enabled and config.superuser_roles == ("admin",)
     assert config.broker_client_auth_method == "token"
     assert config.broker_client_auth_params == sec.token_file("proxy").as_uri()
-    assert not config.tls_enabled_with_broker  # brokers serve plain pulsar:// only (today)
+    assert config.tls_enabled_with_broker  # only the brokers' pulsar+ssl:// and https:// endpoints
+    assert config.broker_client_trust_certs_file == str(sec.ca_file) and config.tls_hostname_verification_enabled
     assert raw["max_concurrent_inbound_connections"] == 500
     west = plan.one(region="eu-west", slot="proxy")
     config = ProxyConfig.load(plan.kind(west).command(west, plan)[-1])
     assert config.tls_require_trusted_client_cert and config.advertised_host == "localhost"
+
+
+def test_brokers_of_a_secured_topology_serve_tls_and_enforce_the_deployments_credentials(tmp_path: pathlib.Path) -> None:
+    plan = plan_of(WITH_PROXIES, tmp_path)
+    sec = plan.security
+    east = [i for i in plan.instances if i.kind == "broker" and i.region == "us-east"]
+    assert all(set(i.ports) == {"pulsar", "http", "pulsar_ssl", "https"} for i in east)
+    config = BrokerConfig.load(plan.kind(east[0]).command(east[0], plan)[-1])  # the broker reads every key
+    assert (config.tls_port, config.web_tls_port) == (east[0].ports["pulsar_ssl"], east[0].ports["https"])
+    assert config.tls_cert_file == str(sec.server.cert_file) and config.tls_trust_certs_file == str(sec.ca_file)
+    assert config.authentication_enabled and config.authentication_providers == ("token", "tls")
+    assert config.token_secret_key == sec.token_secret_key_file.as_uri()
+    assert config.authorization_enabled
+    assert config.superuser_roles == ("admin", "proxy", "replicator") and config.proxy_roles == ("proxy",)
+    assert (config.broker_client_auth_method, config.broker_client_auth_params) == (
+        "token", sec.token_file("replicator").as_uri())
+    assert config.broker_client_tls_enabled and config.broker_client_trust_certs_file == str(sec.ca_file)
+    assert config.cluster_broker_service_url_tls == "pulsar+ssl://" + ",".join(
+        f"127.0.0.1:{i.ports['pulsar_ssl']}" for i in east)
+    assert config.cluster_service_url_tls == "https://" + ",".join(f"127.0.0.1:{i.ports['https']}" for i in east)
+    assert plan.endpoints(east[1])["pulsar_ssl"] == f"pulsar+ssl://127.0.0.1:{east[1].ports['pulsar_ssl']}"
+    assert plan.endpoints(east[1])["https"] == f"https://127.0.0.1:{east[1].ports['https']}"
+    # Without a proxy, brokers stay as they were: plain ports only, no security keys.
+    plain = plan_of("name = 'x'\n[[regions]]\nname = 'a'\n[regions.brokers]\ntls_port_base = 7000\n", tmp_path / "p")
+    broker = plain.one(region="a", slot="brokers")
+    assert set(broker.ports) == {"pulsar", "http"}
+    config = BrokerConfig.load(plain.kind(broker).command(broker, plain)[-1])
+    assert not config.authentication_enabled and config.tls_port == 0
+
+
+@pytest.mark.parametrize("key", ["authentication_enabled", "superuser_roles", "tls_port", "broker_client_auth_params"])
+def test_broker_security_keys_are_the_supervisors(key: str) -> None:
+    message = error_of(f"name = 'x'\n[[regions]]\nname = 'a'\n[regions.brokers]\n{key} = 1\n")
+    assert f"regions[0].brokers.{key}: is set by the supervisor" in message
+
+
+def test_broker_port_ranges_may_not_overlap() -> None:
+    message = error_of("name = 'x'\n[[regions]]\nname = 'a'\n[regions.brokers]\ncount = 2\nport_base = 7000\n"
+                       "tls_port_base = 7001\n")
+    assert "regions[0].brokers.tls_port_base: the port ranges of port_base and tls_port_base overlap" in message
 
 
 def test_topology_document_names_the_security_files_and_each_proxy(tmp_path: pathlib.Path) -> None:
@@ -143,6 +185,7 @@ def test_topology_document_names_the_security_files_and_each_proxy(tmp_path: pat
     doc = topology_document(plan, state)
     assert doc["security"]["ca_file"] == str(plan.security.ca_file)
     assert doc["security"]["superuser_roles"] == ["admin"] and doc["security"]["proxy_roles"] == ["proxy"]
+    assert doc["security"]["broker_superuser_roles"] == ["admin", "proxy", "replicator"]
     assert set(doc["security"]["roles"]) == {"admin", "proxy", "replicator", "demo-app"}
     assert doc["regions"]["eu-west"]["proxy"]["kind"] == "proxy"
     assert doc["regions"]["eu-west"]["proxy"]["pulsar_ssl"].startswith("pulsar+ssl://localhost:")
