@@ -1,4 +1,4 @@
-# The one image every Magnetar process runs from (docker-compose.yml): `magnetar zookeeper|bookie|broker`.
+# The one image every Magnetar process runs from (docker-compose.yml): `magnetar zookeeper|bookie|broker|proxy`.
 # Debian bookworm, because magnetar/zookeeper.py runs ZooKeeper from the jars of bookworm's `zookeeper`
 # package (/usr/share/java), with Java from default-jre-headless.
 FROM python:3.11-slim-bookworm
@@ -22,5 +22,5 @@ RUN pip install --no-cache-dir . && rm -rf build
 
 # Configuration files are mounted here by docker-compose.yml; data goes to a volume under /var/lib/magnetar.
 VOLUME ["/var/lib/magnetar"]
-EXPOSE 2181 3181 6650 8000 8080
+EXPOSE 2181 3181 6650 6651 8000 8080 8443
 CMD ["magnetar", "--help"]

@@ -120,6 +120,25 @@ def status(
         _fail(err)
 
 
+@app.command("dev-credentials")
+def dev_credentials(
+    directory: pathlib.Path = typer.Option(..., "--dir", help="Where they are written (what exists is kept)."),
+    hosts: list[str] = typer.Option([], "--host", help="A host name or address the server certificate names "
+                                    "(repeatable; localhost and 127.0.0.1 always)."),
+) -> None:
+    """Make what is missing of a development deployment's CA, server certificate, and client certificates and
+    tokens of the roles admin, proxy, replicator and demo-app: what `magnetar up` makes for a topology with
+    proxies (docker-compose.yml runs it once for its brokers and proxies)."""
+    from clusters.security import ROLES, ensure
+
+    try:
+        files, made = ensure(directory, hosts=hosts)
+    except (MagnetarError, OSError) as err:
+        _fail(err)
+    typer.echo(f"{files.directory}: {'made ' + ', '.join(made) if made else 'complete, nothing made'}")
+    typer.echo(f"  CA {files.ca_file}; token key {files.token_secret_key_file}; roles {', '.join(ROLES)}")
+
+
 @app.command()
 def demo(
     data_dir: pathlib.Path = typer.Option(pathlib.Path(".magnetar/demo"), "--data-dir"),

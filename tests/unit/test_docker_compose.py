@@ -1,6 +1,8 @@
 """docker-compose.yml, checked without a Docker engine: every service runs a real `magnetar` sub-command whose
 options parse and whose config file loads with the process's own loader, every mounted path exists, the
-services are exactly clusters/local.toml's processes, and no host port is published twice."""
+services are exactly clusters/local.toml's processes (a proxy per region included) plus the one-shot service
+that makes the development credentials, brokers and proxies use those credentials as `magnetar up` wires
+them, and no host port is published twice."""
 
 from __future__ import annotations
 
@@ -13,15 +15,20 @@ import yaml
 
 from bookie.config import BookieConfig
 from broker.config import BrokerConfig
+from clusters import security
 from clusters import topology as topo
 from magnetar import zookeeper as zk
 from magnetar.cli import app
+from proxy.config import ProxyConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 LOCAL = topo.load(ROOT / "clusters" / "local.toml")
 CLI = typer.main.get_command(app)
+CREDENTIALS = "dev-credentials"  # the one-shot service that makes the CA, certificates and tokens
+SECURITY_DIR = pathlib.Path("/var/lib/magnetar-security")
+GLOBAL = ("global-zookeeper", CREDENTIALS)
 
 
 def parse_command(service: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -53,9 +60,9 @@ def host_file(service: dict[str, Any], container_path: pathlib.Path) -> pathlib.
 
 
 def region_of(name: str) -> str | None:
-    """The local.toml region a service belongs to (None: the global ZooKeeper)."""
+    """The local.toml region a service belongs to (None: the global ZooKeeper, the credentials)."""
     regions = [r.name for r in LOCAL.regions if name.startswith(f"{r.name}-")]
-    assert regions or name == "global-zookeeper", f"{name} is in no region of local.toml"
+    assert regions or name in GLOBAL, f"{name} is in no region of local.toml"
     return regions[0] if regions else None
 
 
@@ -63,7 +70,7 @@ def config_of(name: str) -> Any:
     service = SERVICES[name]
     kind, params = parse_command(service)
     path = host_file(service, pathlib.Path(params["config"]))
-    return (BookieConfig if kind == "bookie" else BrokerConfig).load(path)
+    return {"bookie": BookieConfig, "broker": BrokerConfig, "proxy": ProxyConfig}[kind].load(path)
 
 
 def test_services_are_exactly_the_local_topologys_processes() -> None:
@@ -72,19 +79,25 @@ def test_services_are_exactly_the_local_topologys_processes() -> None:
         expected.add(f"{region.name}-zookeeper")
         expected.update(f"{region.name}-bookie-{n}" for n in range(1, region.bookies.count + 1))
         expected.update(f"{region.name}-broker-{n}" for n in range(1, region.brokers.count + 1))
+        if region.proxy is not None:
+            expected.add(f"{region.name}-proxy")
+    if LOCAL.secured:
+        expected.add(CREDENTIALS)
     assert set(SERVICES) == expected
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_every_command_is_a_magnetar_sub_command_whose_options_parse(name: str) -> None:
     kind, params = parse_command(SERVICES[name])
-    assert kind in name.split("-"), (name, kind)
-    if kind == "zookeeper":
+    assert kind in name.split("-") or kind == name, (name, kind)
+    if kind == CREDENTIALS:
+        assert params["directory"] == SECURITY_DIR
+    elif kind == "zookeeper":
         settings = zk.ZooKeeperSettings(**params)
         assert settings.host == "0.0.0.0" and settings.port == 2181
         assert str(settings.data_dir).startswith("/var/lib/magnetar")
     else:
-        assert kind in ("bookie", "broker")
+        assert kind in ("bookie", "broker", "proxy")
         config_of(name)  # a wrong key or type fails here with the loader's own ConfigError
 
 
@@ -121,6 +134,59 @@ def test_brokers_advertise_their_service_name_inside_and_their_published_port_ou
     assert config.internal_listener_name in ("", "internal")  # the default URL stays the service name
 
 
+def test_the_credentials_name_every_broker_and_proxy_and_are_mounted_where_their_configs_say() -> None:
+    kind, params = parse_command(SERVICES[CREDENTIALS])
+    served = sorted(n for n in SERVICES if "-broker-" in n or n.endswith("-proxy"))
+    assert sorted(params["hosts"]) == served  # the server certificate's SANs (plus localhost, 127.0.0.1)
+    assert SERVICES[CREDENTIALS]["restart"] == "no"
+    writer = SERVICES[CREDENTIALS]["volumes"]
+    assert writer == [f"security:{SECURITY_DIR}"]
+    for name in served:
+        assert f"security:{SECURITY_DIR}:ro" in SERVICES[name]["volumes"], name
+        config = config_of(name)
+        files = security.SecurityFiles(SECURITY_DIR)
+        assert (config.tls_cert_file, config.tls_key_file) == (str(files.server.cert_file), str(files.server.key_file))
+        assert config.tls_trust_certs_file == config.broker_client_trust_certs_file == str(files.ca_file)
+        assert config.authentication_enabled and config.authorization_enabled
+        assert set(config.authentication_providers) == {"token", "tls"}
+        assert config.token_secret_key == files.token_secret_key_url
+        role = security.PROXY_ROLE if name.endswith("-proxy") else security.REPLICATOR_ROLE
+        assert (config.broker_client_auth_method, config.broker_client_auth_params) == (
+            "token", files.token_file(role).as_uri())
+    for name in (n for n in served if "-broker-" in n):
+        depends = SERVICES[name]["depends_on"][CREDENTIALS]
+        assert depends == {"condition": "service_completed_successfully"}, name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if n.endswith("-proxy")))
+def test_proxies_serve_tls_and_forward_to_their_regions_brokers_over_tls(name: str) -> None:
+    config: ProxyConfig = config_of(name)
+    region = region_of(name)
+    assert config.cluster == region and config.zookeeper == f"{region}-zookeeper:2181"
+    assert config.configuration_store == "global-zookeeper:2181"
+    assert (config.port, config.web_port, config.tls_port, config.web_tls_port) == (0, 0, 6651, 8443)
+    assert config.tls_enabled_with_broker and config.tls_hostname_verification_enabled
+    assert config.superuser_roles == security.SUPERUSER_ROLES
+    published = {int(c): int(h) for h, c in (str(m).split(":") for m in SERVICES[name]["ports"])}
+    assert set(published) == {6651, 8443}
+    brokers = sorted(n for n in SERVICES if n.startswith(f"{region}-broker-"))
+    assert sorted(SERVICES[name]["depends_on"]) == brokers
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SERVICES if "-broker-" in n))
+def test_brokers_serve_tls_and_register_their_regions_tls_urls(name: str) -> None:
+    config: BrokerConfig = config_of(name)
+    region = region_of(name)
+    peers = sorted(n for n in SERVICES if n.startswith(f"{region}-broker-"))
+    assert (config.tls_port, config.web_tls_port) == (6651, 8443)
+    listener_ports = {int(e.broker_service_url.rsplit(":", 1)[1]) for e in config.listeners if e.broker_service_url}
+    assert config.tls_port not in listener_ports  # a listener's port on a local host is served too: no clash
+    assert config.cluster_broker_service_url_tls == "pulsar+ssl://" + ",".join(f"{p}:6651" for p in peers)
+    assert config.cluster_service_url_tls == "https://" + ",".join(f"{p}:8443" for p in peers)
+    assert config.superuser_roles == security.BROKER_SUPERUSER_ROLES and config.proxy_roles == security.PROXY_ROLES
+    assert config.broker_client_tls_enabled
+
+
 def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
     declared = set(COMPOSE.get("volumes") or {})
     for name, service in SERVICES.items():
@@ -136,7 +202,7 @@ def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
 
 
 def test_dependencies_exist_and_start_in_the_supervisors_tier_order() -> None:
-    tier = {"zookeeper": 0, "bookie": 1, "broker": 2}
+    tier = {CREDENTIALS: -1, "zookeeper": 0, "bookie": 1, "broker": 2, "proxy": 3}
     for name, service in SERVICES.items():
         kind = parse_command(service)[0]
         for dependency in service.get("depends_on") or {}:

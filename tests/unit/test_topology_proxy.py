@@ -259,3 +259,20 @@ def test_security_material_is_reissued_only_where_it_must_be(tmp_path: pathlib.P
 def test_split_hosts_adds_the_loopback_names_once() -> None:
     assert security.split_hosts(["127.0.0.1", "::1", "h.example", "localhost"]) == (
         ["localhost", "h.example"], ["127.0.0.1", "::1"])
+
+
+def test_dev_credentials_command_makes_what_is_missing(tmp_path: pathlib.Path) -> None:
+    from typer.testing import CliRunner
+
+    from magnetar.cli import app
+
+    runner = CliRunner()
+    first = runner.invoke(app, ["dev-credentials", "--dir", str(tmp_path / "sec"), "--host", "broker-1"])
+    assert first.exit_code == 0, first.output
+    assert "made CA, server certificate (localhost, broker-1, 127.0.0.1)" in first.output
+    assert sans(tmp_path / "sec" / "server.cert.pem") == {"localhost", "broker-1", "127.0.0.1"}
+    again = runner.invoke(app, ["dev-credentials", "--dir", str(tmp_path / "sec"), "--host", "broker-1"])
+    assert again.exit_code == 0 and "complete, nothing made" in again.output
+    (tmp_path / "file").write_text("")
+    refused = runner.invoke(app, ["dev-credentials", "--dir", str(tmp_path / "file" / "sec")])
+    assert refused.exit_code == 2 and "error:" in refused.output
