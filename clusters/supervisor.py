@@ -1,11 +1,12 @@
 """The supervisor: the foreground process behind `magnetar up` that runs a topology as local processes.
 
 Theory of operation. :class:`Supervisor` gets a plan (every instance, every port) and supervises in the
-foreground: it starts each tier of process kinds (ZooKeepers, then bookies, ...) with every process in its
-own session and log file, waits until the whole tier is healthy, writes ``topology.json``, and watches. It
-restarts nothing: a child that dies is logged (``<name> exited with code -9 (SIGKILL)``) and recorded in
-``state.json``, where ``status`` reports it. SIGTERM, SIGINT or SIGHUP stops every child, tiers in reverse,
-each process group SIGTERM-ed and then SIGKILL-ed after a grace period.
+foreground: it makes a secured topology's CA, certificates and tokens if they are missing
+(``clusters.security``), then starts each tier of process kinds (ZooKeepers, bookies, brokers, proxies) with
+every process in its own session and log file, waits until the whole tier is healthy, writes
+``topology.json``, and watches. It restarts nothing: a child that dies is logged (``<name> exited with
+code -9 (SIGKILL)``) and recorded in ``state.json``, where ``status`` reports it. SIGTERM, SIGINT or SIGHUP
+stops every child, tiers in reverse, each process group SIGTERM-ed and then SIGKILL-ed after a grace period.
 
 The commands around it (``up`` planning under the data dir's lock, ``up --detach``, ``down``, ``status``)
 are in :mod:`clusters.commands`.

@@ -30,6 +30,8 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     host = "127.0.0.1"
     port_base = 0                  # binary protocol (pulsar://); non-zero: broker n gets base + n - 1
     http_port_base = 0             # admin REST, lookup and /metrics
+    tls_port_base = 0              # pulsar+ssl:// and https://, served only in a secured topology (one
+    web_tls_port_base = 0          #   with a proxy), where brokers enforce authentication and authorization
     # any other key is copied into every broker's broker.toml (e.g. default_namespace_bundles = 8)
     [regions.proxy]                # absent: no proxy; present: the region's gateway, started after its brokers
     host = "127.0.0.1"
