@@ -169,11 +169,14 @@ def test_topic_level_policies_override_the_namespaces_on_a_broker_process(tmp_pa
             assert status == 400 and answer["reason"], (bad, answer)
         assert rest("GET", url(idle)) == (204, None)
 
-        # The topic's own policy deletes it while its namespace (and the broker) have none.
+        # The topic's own policy deletes it while its namespace (and the broker) have none. A producer keeps it
+        # in use while the policy is set and read back (each CLI call may take longer than the 1 s allowed idle).
+        holder = client.create_producer(idle)
         set_ = admin_cli(b.http_url, "topics", "set-inactive-topic-policies", idle, "-e", "-t", "1s", "-m", NO_SUBS)
         assert set_.returncode == 0, set_.stderr
         shown = admin_cli(b.http_url, "topics", "get-inactive-topic-policies", idle, "--json")
         assert shown.returncode == 0 and json.loads(shown.stdout) == policy(True), shown.stderr
+        holder.close()
         wait_for(lambda: idle not in listed(), 30, what="the idle topic deleted by its own policy")
         # deleted like any topic, as Pulsar's GC does: its own policies go with it (then neither is left: 404)
         wait_for(lambda: rest("GET", url(idle))[0] == 404, 30, what="the idle topic's own policies removed")
