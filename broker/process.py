@@ -50,7 +50,7 @@ from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
 
 from .admin import AdminContext, make_app
 from .bundles import NamespaceBundle, bundles_data, default_boundaries, topic_hash
-from .client_credentials import BrokerClientCredentials, BrokerClientSettings
+from .client_credentials import BrokerClientCredentials
 from .config import BrokerConfig
 from .listeners import internal_listener, listen_addresses
 from .load_balance import ResourceWeights, SplitThresholds
@@ -58,7 +58,7 @@ from .load_manager import LoadManager, LoadManagerSettings
 from .load_report import measure_load
 from .lookup_http import routes as lookup_routes
 from .ownership import BundleOwnership
-from .security import BrokerSecurity, SecuritySettings
+from .security import BrokerSecurity
 
 log = logging.getLogger("broker.process")
 
@@ -191,10 +191,8 @@ class BrokerProcess:
         """Authentication, authorization and the broker's own credentials; BrokerError for settings that
         cannot work (a token key that cannot be read, a missing certificate)."""
         try:
-            self.security = BrokerSecurity(derive(SecuritySettings, self.config), configuration=self.configuration,
-                                           registry=self.registry)
-            self.client_credentials = BrokerClientCredentials(
-                derive(BrokerClientSettings, self.config, prefix="broker_client_"))
+            self.security = BrokerSecurity(self.config, configuration=self.configuration, registry=self.registry)
+            self.client_credentials = BrokerClientCredentials(self.config.broker_client_settings())
         except MagnetarError as e:
             raise BrokerError(f"security settings: {e}") from None
 
@@ -274,14 +272,10 @@ class BrokerProcess:
     def _web_tls_context(self) -> Any:
         """The HTTPS port's context: the broker's certificate (reloaded when its files change), client
         certificates asked for when a trusted CA is configured."""
-        from magnetar.auth.tls import ReloadingServerContext, TlsSettings
+        from magnetar.auth.tls import ReloadingServerContext
 
-        c = self.config
         try:
-            return ReloadingServerContext(TlsSettings(
-                cert_file=c.tls_cert_file, key_file=c.tls_key_file, trust_certs_file=c.tls_trust_certs_file,
-                require_client_cert=c.tls_require_trusted_client_cert, min_protocol=c.tls_min_protocol,
-                ciphers=c.tls_ciphers)).serving_context()
+            return ReloadingServerContext(self.config.tls_settings()).serving_context()
         except MagnetarError as e:
             raise BrokerError(f"web_tls_port: {e}") from None
 

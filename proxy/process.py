@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from config_store import ConfigurationStore, KazooMetadataStore, MetadataError, MetadataStore
-from magnetar.auth.providers import AuthenticationService, TokenSettings
+from magnetar.auth.providers import AuthenticationService
 from magnetar.auth.tls import ReloadingServerContext
 from magnetar.errors import ConfigError
 from observability.runtime import RuntimeMetrics, tune_runtime
@@ -96,7 +96,7 @@ class ProxyProcess:
                     self.server_tls = server_tls(config)
                 except ConfigError as e:
                     raise ProxyStartError(f"cannot load the proxy's certificate: {e}") from None
-            self.authentication = _authentication(config)
+            self.authentication = config.authentication_service()
             self.broker_client = BrokerClient.from_config(config)
             self.store = KazooMetadataStore(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms)
             await self.store.start()
@@ -247,16 +247,6 @@ class ProxyProcess:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, path)
-
-
-def _authentication(config: ProxyConfig) -> Optional[AuthenticationService]:
-    """The providers of ``authentication_providers`` (None when authentication is off); ConfigError when a
-    token key cannot be read."""
-    if not config.authentication_enabled:
-        return None
-    return AuthenticationService.from_settings(config.authentication_providers, token=TokenSettings(
-        secret_key=config.token_secret_key, public_key=config.token_public_key, role_claim=config.token_auth_claim,
-        audience_claim=config.token_audience_claim, audience=config.token_audience))
 
 
 # -- process -----------------------------------------------------------------------------------------------
