@@ -32,9 +32,7 @@ import json
 import logging
 import os
 import pathlib
-import signal
 import socket
-import sys
 from typing import Any, Optional
 
 from aiohttp import web
@@ -43,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, MetadataStore, NodeExistsError,
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad, listeners_to_json
+from magnetar import process_main
 from magnetar.config import derive
 from magnetar.errors import MagnetarError
 from observability.runtime import RuntimeMetrics, tune_runtime
@@ -145,7 +144,7 @@ class BrokerProcess:
         await self._open_storage()
         self._bind_http()
         self.broker_id = config.effective_broker_id(self.http_port)
-        _set_log_prefix(self.broker_id)
+        process_main.set_log_name(self.broker_id)
         self.ownership = BundleOwnership(
             local_store=self.local_store, configuration=self.configuration, broker_id=self.broker_id,
             cluster=config.cluster, default_bundles=config.default_namespace_bundles,
@@ -467,55 +466,8 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 # -- process -----------------------------------------------------------------------------------------------
 
 
-class _PrefixFilter(logging.Filter):
-    prefix = "-"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.broker = self.prefix
-        return True
-
-
-_FILTER = _PrefixFilter()
-
-
-def _set_log_prefix(broker_id: str) -> None:
-    _FILTER.prefix = broker_id
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_FILTER)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(broker)s] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for noisy in ("kazoo", "config_store.kazoo", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-async def serve(config: BrokerConfig) -> None:
-    """Runs a broker until SIGTERM or SIGINT, then shuts it down cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    broker = BrokerProcess(config)
-    try:
-        await broker.start()
-        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_runtime()
-        await stop.wait()
-        log.info("signal received")
-    finally:
-        await broker.close()
-
-
 def run(config_path: pathlib.Path | str) -> None:
-    """Entry point of ``magnetar broker --config FILE``."""
-    config = BrokerConfig.load(config_path)
-    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
-    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
-    try:
-        asyncio.run(serve(config))
-    except KeyboardInterrupt:
-        pass
+    """Entry point of ``magnetar broker --config FILE``: runs a broker until SIGTERM or SIGINT, then shuts it down
+    cleanly (:mod:`magnetar.process_main`)."""
+    process_main.run(config_path, settings=BrokerConfig, server=BrokerProcess, log=log,
+                     quiet=("aiohttp.access",), tune_runtime=tune_runtime)
