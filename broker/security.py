@@ -145,12 +145,7 @@ class BrokerSecurity:
     # Each answers True when authorization is off. A role of None (authentication off) is nobody.
 
     async def can_produce(self, role: Optional[str], original_principal: Optional[str], topic: TopicName) -> bool:
-        if not self.authorization_enabled:
-            return True
-        admins, namespace_auth, topic_auth, _ = await self._grants(topic.tenant, topic.namespace_portion, topic)
-        return self._through_proxy(role, original_principal, lambda r: rules.can_produce(
-            r, superusers=self.superusers, tenant_admin_roles=admins, namespace_auth=namespace_auth,
-            topic_auth=topic_auth))
+        return await self._on_topic(rules.can_produce, role, original_principal, topic)
 
     async def can_consume(self, role: Optional[str], original_principal: Optional[str], topic: TopicName,
                           subscription: Optional[str]) -> bool:
@@ -164,10 +159,15 @@ class BrokerSecurity:
 
     async def can_lookup(self, role: Optional[str], original_principal: Optional[str], topic: TopicName) -> bool:
         """A topic lookup, its partitioned metadata, its schema: ``produce`` or ``consume`` on it."""
+        return await self._on_topic(rules.can_lookup, role, original_principal, topic)
+
+    async def _on_topic(self, rule: Callable[..., bool], role: Optional[str], original_principal: Optional[str],
+                        topic: TopicName) -> bool:
+        """``rule`` (``rules.can_produce``, ``rules.can_lookup``) over the grants of ``topic`` and its namespace."""
         if not self.authorization_enabled:
             return True
         admins, namespace_auth, topic_auth, _ = await self._grants(topic.tenant, topic.namespace_portion, topic)
-        return self._through_proxy(role, original_principal, lambda r: rules.can_lookup(
+        return self._through_proxy(role, original_principal, lambda r: rule(
             r, superusers=self.superusers, tenant_admin_roles=admins, namespace_auth=namespace_auth,
             topic_auth=topic_auth))
 

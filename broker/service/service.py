@@ -35,6 +35,7 @@ from .topics.nonpersistent.topic import NonPersistentTopic
 from .topics.topic import Topic, TopicState
 from .session.topic_list import namespace_topic_names
 from .session.topic_list_watch import TopicListWatchService
+from .tasks import spawn
 
 if TYPE_CHECKING:
     import prometheus_client
@@ -199,10 +200,7 @@ class BrokerService:
         await self.close()
 
     def spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return spawn(self._tasks, coro, name)
 
     @property
     def service_url(self) -> str:
