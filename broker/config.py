@@ -8,20 +8,17 @@ silently fall back to a default); missing keys take the defaults below. Settings
 
 from __future__ import annotations
 
-import pathlib
-import re
 from dataclasses import dataclass
 
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
-from magnetar.config import TomlSettings
+from magnetar.config import RegionServerSettings, TomlSettings, check_name, check_ports
 from magnetar.errors import ConfigError
 
 from .listeners import AdvertisedListener, internal_listener, parse_advertised_listeners
 from .security import SecuritySettings
 
 _MiB = 1024 * 1024
-_NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 _RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, long bytes)
@@ -32,7 +29,7 @@ _RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, lo
 
 
 @dataclass(frozen=True)
-class BrokerConfig(TomlSettings, SecuritySettings):
+class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     """Settings of one broker.
 
     Attributes:
@@ -159,15 +156,9 @@ class BrokerConfig(TomlSettings, SecuritySettings):
 
     kind = "broker"  # names it in error messages (not a setting: no annotation)
 
-    data_dir: pathlib.Path
-    zookeeper: str
-    configuration_store: str = ""
-    cluster: str = "standalone"
     broker_id: str = ""
-    bind_host: str = "127.0.0.1"
     port: int = 6650
     http_port: int = 8080
-    advertised_host: str = "127.0.0.1"
     advertised_listeners: str = ""
     internal_listener_name: str = ""
     zk_session_timeout_ms: int = 10_000
@@ -240,20 +231,7 @@ class BrokerConfig(TomlSettings, SecuritySettings):
     cluster_service_url_tls: str = ""
     cluster_broker_service_url_tls: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
-        self.validate()
-
     # -- derived ---------------------------------------------------------------------------------------
-
-    @property
-    def endpoints_path(self) -> pathlib.Path:
-        return self.data_dir / "endpoints.json"
-
-    @property
-    def configuration_store_connect(self) -> str:
-        """The global store's connect string (the region's ZooKeeper when none is configured)."""
-        return self.configuration_store or self.zookeeper
 
     @property
     def listeners(self) -> tuple[AdvertisedListener, ...]:
@@ -266,22 +244,10 @@ class BrokerConfig(TomlSettings, SecuritySettings):
 
     def validate(self) -> None:
         """Raises ConfigError naming the first inconsistent setting."""
-        if str(self.data_dir) in ("", "."):
-            raise ConfigError("data_dir must not be empty")
-        if not self.zookeeper.strip():
-            raise ConfigError("zookeeper must name the region's ZooKeeper (host:port[/chroot])")
-        for name in ("zookeeper", "configuration_store"):
-            if any(c.isspace() for c in getattr(self, name)):
-                raise ConfigError(f"{name} must not contain spaces: {getattr(self, name)!r}")
-        if not _NAME_RE.fullmatch(self.cluster):
-            raise ConfigError(f"cluster {self.cluster!r} is not a valid name (letters, digits, '-_.=:')")
-        if self.broker_id and not _NAME_RE.fullmatch(self.broker_id):
-            raise ConfigError(f"broker_id {self.broker_id!r} is not a valid name (letters, digits, '-_.=:')")
-        self._validate_ports()
-        for name in ("bind_host", "advertised_host"):
-            value = getattr(self, name)
-            if not value or any(c.isspace() for c in value) or "/" in value:
-                raise ConfigError(f"{name} is not a host name or address: {value!r}")
+        self.validate_region_server()
+        if self.broker_id:
+            check_name("broker_id", self.broker_id)
+        check_ports(self, ("port", "http_port", "tls_port", "web_tls_port"))
         internal_listener(self.listeners, self.internal_listener_name)  # raises ConfigError
         positive = (
             "zk_session_timeout_ms", "managed_ledger_ensemble_size", "managed_ledger_write_quorum",
@@ -338,20 +304,6 @@ class BrokerConfig(TomlSettings, SecuritySettings):
             raise ConfigError(f"default_namespace_bundles must be at most 1024, not {self.default_namespace_bundles}")
         if self.max_partitions_per_topic > 1 << 20:
             raise ConfigError(f"max_partitions_per_topic must be at most {1 << 20}")
-
-    def _validate_ports(self) -> None:
-        names = ("port", "http_port", "tls_port", "web_tls_port")
-        for name in names:
-            value = getattr(self, name)
-            if not 0 <= value <= 65535:
-                raise ConfigError(f"{name} must be in 0..65535, not {value}")
-        seen: dict[int, str] = {}
-        for name in names:
-            value = getattr(self, name)
-            if value and value in seen:
-                raise ConfigError(f"{seen[value]} and {name} must differ (both {value})")
-            if value:
-                seen[value] = name
 
     def _validate_rate_limits(self) -> None:
         for name in _RATE_LIMIT_SETTINGS:

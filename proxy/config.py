@@ -7,20 +7,17 @@ is :mod:`magnetar.config`'s, shared by every process kind.
 
 from __future__ import annotations
 
-import pathlib
-import re
 from dataclasses import dataclass
 
 from magnetar.auth.settings import BrokerClientSettings, SecuritySettings
-from magnetar.config import TomlSettings, derive
+from magnetar.config import RegionServerSettings, TomlSettings, check_ports, derive
 from magnetar.errors import ConfigError
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ProxyConfig(TomlSettings, SecuritySettings):
+class ProxyConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     """Settings of one proxy.
 
     Attributes:
@@ -78,12 +75,6 @@ class ProxyConfig(TomlSettings, SecuritySettings):
 
     kind = "proxy"  # names it in error messages (not a setting: no annotation)
 
-    data_dir: pathlib.Path
-    zookeeper: str
-    configuration_store: str = ""
-    cluster: str = "standalone"
-    bind_host: str = "127.0.0.1"
-    advertised_host: str = "127.0.0.1"
     port: int = 0
     tls_port: int = 6651
     web_port: int = 8080
@@ -105,20 +96,7 @@ class ProxyConfig(TomlSettings, SecuritySettings):
     http_timeout_ms: int = 30_000
     shutdown_grace_ms: int = 5_000
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
-        self.validate()
-
     # -- derived ---------------------------------------------------------------------------------------
-
-    @property
-    def endpoints_path(self) -> pathlib.Path:
-        return self.data_dir / "endpoints.json"
-
-    @property
-    def configuration_store_connect(self) -> str:
-        """The global store's connect string (the region's ZooKeeper when none is configured)."""
-        return self.configuration_store or self.zookeeper
 
     def broker_client_settings(self) -> BrokerClientSettings:
         """``broker_client_*``; brokers are reached over TLS with ``tls_enabled_with_broker`` (Pulsar's name)."""
@@ -127,21 +105,10 @@ class ProxyConfig(TomlSettings, SecuritySettings):
 
     def validate(self) -> None:
         """Raises ConfigError naming the first inconsistent setting."""
-        if str(self.data_dir) in ("", "."):
-            raise ConfigError("data_dir must not be empty")
-        if not self.zookeeper.strip():
-            raise ConfigError("zookeeper must name the region's ZooKeeper (host:port[/chroot]): the proxy "
-                              "forwards only to the brokers registered there")
-        for name in ("zookeeper", "configuration_store"):
-            if any(c.isspace() for c in getattr(self, name)):
-                raise ConfigError(f"{name} must not contain spaces: {getattr(self, name)!r}")
-        if not _NAME_RE.fullmatch(self.cluster):
-            raise ConfigError(f"cluster {self.cluster!r} is not a valid name (letters, digits, '-_.=:')")
-        for name in ("bind_host", "advertised_host"):
-            value = getattr(self, name)
-            if not value or any(c.isspace() for c in value) or "/" in value:
-                raise ConfigError(f"{name} is not a host name or address: {value!r}")
-        self._validate_ports()
+        self.validate_region_server()
+        check_ports(self, ("port", "tls_port", "web_port", "web_tls_port"), zero=" (0: not served)")
+        if not self.port and not self.tls_port:
+            raise ConfigError("port and tls_port are both 0: the proxy would serve no client (set tls_port)")
         self.validate_security()
         if self.broker_client_auth_method == "tls" and not self.tls_enabled_with_broker:
             raise ConfigError("broker_client_auth_method \"tls\" needs tls_enabled_with_broker (a client "
@@ -156,18 +123,3 @@ class ProxyConfig(TomlSettings, SecuritySettings):
         if self.max_concurrent_inbound_connections_per_ip < 0:
             raise ConfigError(f"max_concurrent_inbound_connections_per_ip must be 0 (no limit) or more, "
                               f"not {self.max_concurrent_inbound_connections_per_ip}")
-
-    def _validate_ports(self) -> None:
-        names = ("port", "tls_port", "web_port", "web_tls_port")
-        for name in names:
-            value = getattr(self, name)
-            if not 0 <= value <= 65535:
-                raise ConfigError(f"{name} must be in 0..65535 (0: not served), not {value}")
-        if not self.port and not self.tls_port:
-            raise ConfigError("port and tls_port are both 0: the proxy would serve no client (set tls_port)")
-        used = [(getattr(self, n), n) for n in names if getattr(self, n)]
-        seen: dict[int, str] = {}
-        for value, name in used:
-            if value in seen:
-                raise ConfigError(f"{seen[value]} and {name} must differ (both {value})")
-            seen[value] = name
