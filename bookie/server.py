@@ -10,19 +10,16 @@ cleanly: new adds are refused UNAVAILABLE, the registration goes, in-flight call
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import pathlib
-import signal
-import sys
 from typing import Optional
 
 import grpc
 from prometheus_client import CollectorRegistry
 
-from magnetar.errors import MagnetarError
+from magnetar import process_main
 from observability import MetricsServer, serve_metrics
 from observability.runtime import RuntimeMetrics, tune_runtime
 
@@ -98,7 +95,7 @@ class BookieServer:
         if not self.port:
             raise BookieError(f"cannot bind gRPC to {config.bind_host}:{config.port}")
         self.bookie_id = config.effective_bookie_id(self.port)
-        _set_log_prefix(self.bookie_id)
+        process_main.set_log_name(self.bookie_id)
         self.metrics = BookieMetrics(self.registry, self.bookie_id)
         self.storage = Storage(config, observer=self.metrics)
         await self.storage.start()
@@ -203,57 +200,7 @@ class BookieServer:
 # -- process -----------------------------------------------------------------------------------------------
 
 
-class _PrefixFilter(logging.Filter):
-    prefix = "-"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.bookie = self.prefix
-        return True
-
-
-_FILTER = _PrefixFilter()
-
-
-def _set_log_prefix(bookie_id: str) -> None:
-    _FILTER.prefix = bookie_id
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_FILTER)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(bookie)s] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    logging.getLogger("config_store.kazoo").setLevel(logging.WARNING)
-
-
-async def serve(config: BookieConfig) -> None:
-    """Runs a bookie until SIGTERM or SIGINT, then shuts it down cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    server = BookieServer(config)
-    try:
-        await server.start()
-        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_runtime()
-        await stop.wait()
-        log.info("signal received")
-    finally:
-        await server.close()
-
-
 def run(config_path: pathlib.Path) -> None:
-    """Entry point of ``magnetar bookie --config FILE``."""
-    config = BookieConfig.load(config_path)
-    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
-    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
-    try:
-        asyncio.run(serve(config))
-    except MagnetarError:
-        raise
-    except KeyboardInterrupt:
-        pass
+    """Entry point of ``magnetar bookie --config FILE``: runs a bookie until SIGTERM or SIGINT, then shuts it down
+    cleanly (:mod:`magnetar.process_main`)."""
+    process_main.run(config_path, settings=BookieConfig, server=BookieServer, log=log, tune_runtime=tune_runtime)

@@ -2,54 +2,24 @@
 the load balancer) and its replicators' producers in remote regions (Pulsar's ``brokerClientAuthenticationPlugin``
 / ``brokerClientAuthenticationParameters`` / ``brokerClientTrustCertsFilePath`` / ``brokerClientTlsEnabled``).
 
-Settings (``broker.toml``):
-
-* ``broker_client_auth_method``: ``"token"``, ``"tls"`` or ``""`` (none);
-* ``broker_client_auth_params``: token: ``"token:<jwt>"`` or ``"file:///path"`` (read again at every use, so a
-  token rotated on disk is picked up); tls: ``"cert_file,key_file"``;
-* ``broker_client_trust_certs_file``: the CA other brokers' certificates chain to ("": the system's);
-* ``broker_client_tls_enabled``: reach other brokers and regions at their TLS URLs (``pulsar+ssl://``,
-  ``https://``) when they registered one. A client certificate only travels in a TLS handshake, so ``"tls"``
-  implies it.
+Settings (``broker.toml``): ``broker_client_auth_method``, ``broker_client_auth_params`` and
+``broker_client_trust_certs_file``, shared with the proxy (``magnetar.auth.settings``: its ``BrokerClientSettings``
+checks them and reads the token), and ``broker_client_tls_enabled``: reach other brokers and regions at their TLS
+URLs (``pulsar+ssl://``, ``https://``) when they registered one. A client certificate only travels in a TLS
+handshake, so ``"tls"`` implies it.
 
 Host names are verified during the TLS handshake, before any credential is sent.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from magnetar.auth.settings import BrokerClientSettings
 from magnetar.auth.tls import TlsSettings, client_context
-from magnetar.errors import ConfigError
 
 __all__ = ["BrokerClientSettings", "BrokerClientCredentials"]
-
-METHODS = ("", "token", "tls")
-
-
-@dataclass(frozen=True)
-class BrokerClientSettings:
-    """``broker_client_*`` of ``broker.toml`` (see the module docstring)."""
-
-    auth_method: str = ""
-    auth_params: str = ""
-    trust_certs_file: str = ""
-    tls_enabled: bool = False
-
-    def validate(self) -> None:
-        if self.auth_method not in METHODS:
-            raise ConfigError(f"broker_client_auth_method must be \"token\", \"tls\" or \"\" (none), "
-                              f"not {self.auth_method!r}")
-        if self.auth_method and not self.auth_params:
-            raise ConfigError(f"broker_client_auth_method {self.auth_method!r} needs broker_client_auth_params")
-        if self.auth_method == "token" and not self.auth_params.startswith(("token:", "file:")):
-            raise ConfigError("broker_client_auth_params of method token must be \"token:<jwt>\" or "
-                              "\"file:///path\"")
-        if self.auth_method == "tls" and len([p for p in self.auth_params.split(",") if p.strip()]) != 2:
-            raise ConfigError("broker_client_auth_params of method tls must be \"cert_file,key_file\"")
 
 
 class BrokerClientCredentials:
@@ -65,9 +35,7 @@ class BrokerClientCredentials:
         self.settings = settings
         self.method = settings.auth_method
         self.tls = settings.tls_enabled or settings.auth_method == "tls"
-        cert_file = key_file = ""
-        if settings.auth_method == "tls":
-            cert_file, key_file = (p.strip() for p in settings.auth_params.split(","))
+        cert_file, key_file = settings.tls_files()
         self._ssl_context: Optional[ssl.SSLContext] = None
         if self.tls:
             self._ssl_context = client_context(TlsSettings(cert_file=cert_file, key_file=key_file,
@@ -86,23 +54,7 @@ class BrokerClientCredentials:
         Raises:
             ConfigError: the token file cannot be read, or is empty.
         """
-        if self.method != "token":
-            return None
-        params = self.settings.auth_params
-        if params.startswith("token:"):
-            token = params[len("token:"):]
-        else:
-            path = params[len("file://"):] if params.startswith("file://") else params[len("file:"):]
-            try:
-                with open(os.path.expanduser(path), encoding="utf-8") as f:
-                    token = f.read()
-            except OSError as err:
-                raise ConfigError(f"broker_client_auth_params: cannot read the token file {path}: "
-                                  f"{err.strerror or err}") from None
-        token = token.strip()
-        if not token:
-            raise ConfigError("broker_client_auth_params names an empty token")
-        return token
+        return self.settings.token()
 
     def authorization_header(self) -> Optional[str]:
         token = self.token()

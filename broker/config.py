@@ -8,21 +8,17 @@ silently fall back to a default); missing keys take the defaults below. Settings
 
 from __future__ import annotations
 
-import pathlib
-import re
 from dataclasses import dataclass
 
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
-from magnetar.config import TomlSettings, derive
+from magnetar.config import RegionServerSettings, TomlSettings, check_name, check_ports
 from magnetar.errors import ConfigError
 
-from .client_credentials import BrokerClientSettings
 from .listeners import AdvertisedListener, internal_listener, parse_advertised_listeners
-from .security import SecuritySettings, validate_tls_policy
+from .security import SecuritySettings
 
 _MiB = 1024 * 1024
-_NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 _RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, long bytes)
@@ -33,7 +29,7 @@ _RATE_LIMIT_SETTINGS = (  # broker-wide default rates (Pulsar's int messages, lo
 
 
 @dataclass(frozen=True)
-class BrokerConfig(TomlSettings):
+class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     """Settings of one broker.
 
     Attributes:
@@ -145,35 +141,24 @@ class BrokerConfig(TomlSettings):
             each resource counts in a broker's score (placement and shedding; see broker/load_balance.py).
         tls_port: the binary protocol over TLS (``pulsar+ssl://``, Pulsar ``brokerServicePortTls``); 0: off.
         web_tls_port: the admin REST API, lookups and ``/metrics`` over HTTPS (``webServicePortTls``); 0: off.
-        tls_cert_file, tls_key_file: this broker's certificate (chain) and key, PEM (both TLS ports).
-        tls_trust_certs_file: the CA(s) client certificates must chain to; with it, clients are asked for one.
-        tls_require_trusted_client_cert: refuse TLS clients without a trusted certificate.
-        tls_min_protocol: ``"TLSv1.2"`` or ``"TLSv1.3"``; tls_ciphers: an OpenSSL cipher string ("": default).
         tls_handshake_timeout_ms: a client on ``tls_port`` must finish its TLS handshake within this long.
-        authentication_enabled, authentication_providers, authorization_enabled, superuser_roles, proxy_roles,
-        token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: who may
-            connect and what a role may do (``broker/security.py``, docs/security.md).
-        authentication_refresh_check_ms: how often connections' credentials are checked: one that expires
-            before the next check is challenged (AUTH_CHALLENGE) for fresh ones, one that expired without a
-            refresh is closed (Pulsar ``authenticationRefreshCheckSeconds``, 60 s).
-        broker_client_auth_method, broker_client_auth_params, broker_client_trust_certs_file,
-        broker_client_tls_enabled: what this broker presents to other brokers and regions (admin calls,
-            replicators; ``broker/client_credentials.py``).
+        broker_client_tls_enabled: reach other brokers and regions at their TLS URLs when they registered one
+            (Pulsar ``brokerClientTlsEnabled``; ``broker/client_credentials.py``).
         cluster_service_url_tls, cluster_broker_service_url_tls: the TLS URLs ``bootstrap`` registers for the
             cluster (``https://h1:p1,h2:p2``, ``pulsar+ssl://h1:p1,h2:p2``); empty: this broker's own, if any.
+
+    The other security settings are :class:`broker.security.SecuritySettings`'s: those every server shares
+    (:class:`magnetar.auth.settings.SecuritySettings`: ``tls_*``, the certificate and policy of both TLS ports;
+    ``authentication_*``, ``authorization_enabled``, ``superuser_roles``, ``token_*``, who may connect and what a
+    role may do; ``broker_client_*``, what this broker presents to other brokers and regions for its admin calls
+    and replicators) and ``proxy_roles``. See docs/security.md.
     """
 
     kind = "broker"  # names it in error messages (not a setting: no annotation)
 
-    data_dir: pathlib.Path
-    zookeeper: str
-    configuration_store: str = ""
-    cluster: str = "standalone"
     broker_id: str = ""
-    bind_host: str = "127.0.0.1"
     port: int = 6650
     http_port: int = 8080
-    advertised_host: str = "127.0.0.1"
     advertised_listeners: str = ""
     internal_listener_name: str = ""
     zk_session_timeout_ms: int = 10_000
@@ -241,45 +226,12 @@ class BrokerConfig(TomlSettings):
     load_balancer_bandwidth_out_resource_weight: float = 1.0
     tls_port: int = 0
     web_tls_port: int = 0
-    tls_cert_file: str = ""
-    tls_key_file: str = ""
-    tls_trust_certs_file: str = ""
-    tls_require_trusted_client_cert: bool = False
-    tls_min_protocol: str = "TLSv1.2"
-    tls_ciphers: str = ""
     tls_handshake_timeout_ms: int = 10_000
-    authentication_enabled: bool = False
-    authentication_providers: tuple[str, ...] = ()
-    authorization_enabled: bool = False
-    superuser_roles: tuple[str, ...] = ()
-    proxy_roles: tuple[str, ...] = ()
-    token_secret_key: str = ""
-    token_public_key: str = ""
-    token_auth_claim: str = "sub"
-    token_audience_claim: str = "aud"
-    token_audience: str = ""
-    authentication_refresh_check_ms: int = 60_000
-    broker_client_auth_method: str = ""
-    broker_client_auth_params: str = ""
-    broker_client_trust_certs_file: str = ""
     broker_client_tls_enabled: bool = False
     cluster_service_url_tls: str = ""
     cluster_broker_service_url_tls: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
-        self.validate()
-
     # -- derived ---------------------------------------------------------------------------------------
-
-    @property
-    def endpoints_path(self) -> pathlib.Path:
-        return self.data_dir / "endpoints.json"
-
-    @property
-    def configuration_store_connect(self) -> str:
-        """The global store's connect string (the region's ZooKeeper when none is configured)."""
-        return self.configuration_store or self.zookeeper
 
     @property
     def listeners(self) -> tuple[AdvertisedListener, ...]:
@@ -292,22 +244,10 @@ class BrokerConfig(TomlSettings):
 
     def validate(self) -> None:
         """Raises ConfigError naming the first inconsistent setting."""
-        if str(self.data_dir) in ("", "."):
-            raise ConfigError("data_dir must not be empty")
-        if not self.zookeeper.strip():
-            raise ConfigError("zookeeper must name the region's ZooKeeper (host:port[/chroot])")
-        for name in ("zookeeper", "configuration_store"):
-            if any(c.isspace() for c in getattr(self, name)):
-                raise ConfigError(f"{name} must not contain spaces: {getattr(self, name)!r}")
-        if not _NAME_RE.fullmatch(self.cluster):
-            raise ConfigError(f"cluster {self.cluster!r} is not a valid name (letters, digits, '-_.=:')")
-        if self.broker_id and not _NAME_RE.fullmatch(self.broker_id):
-            raise ConfigError(f"broker_id {self.broker_id!r} is not a valid name (letters, digits, '-_.=:')")
-        self._validate_ports()
-        for name in ("bind_host", "advertised_host"):
-            value = getattr(self, name)
-            if not value or any(c.isspace() for c in value) or "/" in value:
-                raise ConfigError(f"{name} is not a host name or address: {value!r}")
+        self.validate_region_server()
+        if self.broker_id:
+            check_name("broker_id", self.broker_id)
+        check_ports(self, ("port", "http_port", "tls_port", "web_tls_port"))
         internal_listener(self.listeners, self.internal_listener_name)  # raises ConfigError
         positive = (
             "zk_session_timeout_ms", "managed_ledger_ensemble_size", "managed_ledger_write_quorum",
@@ -320,8 +260,7 @@ class BrokerConfig(TomlSettings):
             "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
             "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",
             "delete_inactive_topics_frequency_ms", "delete_inactive_topics_max_inactive_duration_ms",
-            "compaction_monitor_interval_ms", "subscription_pattern_max_length", "authentication_refresh_check_ms",
-            "tls_handshake_timeout_ms",
+            "compaction_monitor_interval_ms", "subscription_pattern_max_length", "tls_handshake_timeout_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -353,7 +292,7 @@ class BrokerConfig(TomlSettings):
                               f"not {self.delete_inactive_topics_mode!r}")
         self._validate_rate_limits()
         self._validate_load_balancer()
-        self._validate_security()
+        self.validate_security()
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")
         e, qw, qa = (self.managed_ledger_ensemble_size, self.managed_ledger_write_quorum,
@@ -365,37 +304,6 @@ class BrokerConfig(TomlSettings):
             raise ConfigError(f"default_namespace_bundles must be at most 1024, not {self.default_namespace_bundles}")
         if self.max_partitions_per_topic > 1 << 20:
             raise ConfigError(f"max_partitions_per_topic must be at most {1 << 20}")
-
-    def _validate_ports(self) -> None:
-        names = ("port", "http_port", "tls_port", "web_tls_port")
-        for name in names:
-            value = getattr(self, name)
-            if not 0 <= value <= 65535:
-                raise ConfigError(f"{name} must be in 0..65535, not {value}")
-        seen: dict[int, str] = {}
-        for name in names:
-            value = getattr(self, name)
-            if value and value in seen:
-                raise ConfigError(f"{seen[value]} and {name} must differ (both {value})")
-            if value:
-                seen[value] = name
-
-    def _validate_security(self) -> None:
-        """TLS ports need a certificate; authentication and broker-client settings must make sense together
-        (the token key itself is read at start-up)."""
-        if (self.tls_port or self.web_tls_port) and not (self.tls_cert_file and self.tls_key_file):
-            raise ConfigError("tls_port / web_tls_port need tls_cert_file and tls_key_file (PEM)")
-        if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file:
-            raise ConfigError("tls_require_trusted_client_cert needs tls_trust_certs_file (the CA client "
-                              "certificates chain to)")
-        validate_tls_policy(self.tls_min_protocol)
-        security = derive(SecuritySettings, self)
-        security.validate()
-        if self.authentication_enabled and "tls" in self.authentication_providers and \
-                not ((self.tls_port or self.web_tls_port) and self.tls_trust_certs_file):
-            raise ConfigError("the tls authentication provider needs tls_port or web_tls_port and "
-                              "tls_trust_certs_file: client certificates arrive only in TLS handshakes")
-        derive(BrokerClientSettings, self, prefix="broker_client_").validate()
 
     def _validate_rate_limits(self) -> None:
         for name in _RATE_LIMIT_SETTINGS:

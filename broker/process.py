@@ -32,9 +32,7 @@ import json
 import logging
 import os
 import pathlib
-import signal
 import socket
-import sys
 from typing import Any, Optional
 
 from aiohttp import web
@@ -43,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, MetadataStore, NodeExistsError,
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad, listeners_to_json
+from magnetar import process_main
 from magnetar.config import derive
 from magnetar.errors import MagnetarError
 from observability.runtime import RuntimeMetrics, tune_runtime
@@ -50,7 +49,7 @@ from magnetar.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, TopicName
 
 from .admin import AdminContext, make_app
 from .bundles import NamespaceBundle, bundles_data, default_boundaries, topic_hash
-from .client_credentials import BrokerClientCredentials, BrokerClientSettings
+from .client_credentials import BrokerClientCredentials
 from .config import BrokerConfig
 from .listeners import internal_listener, listen_addresses
 from .load_balance import ResourceWeights, SplitThresholds
@@ -58,7 +57,7 @@ from .load_manager import LoadManager, LoadManagerSettings
 from .load_report import measure_load
 from .lookup_http import routes as lookup_routes
 from .ownership import BundleOwnership
-from .security import BrokerSecurity, SecuritySettings
+from .security import BrokerSecurity
 
 log = logging.getLogger("broker.process")
 
@@ -145,7 +144,7 @@ class BrokerProcess:
         await self._open_storage()
         self._bind_http()
         self.broker_id = config.effective_broker_id(self.http_port)
-        _set_log_prefix(self.broker_id)
+        process_main.set_log_name(self.broker_id)
         self.ownership = BundleOwnership(
             local_store=self.local_store, configuration=self.configuration, broker_id=self.broker_id,
             cluster=config.cluster, default_bundles=config.default_namespace_bundles,
@@ -191,10 +190,8 @@ class BrokerProcess:
         """Authentication, authorization and the broker's own credentials; BrokerError for settings that
         cannot work (a token key that cannot be read, a missing certificate)."""
         try:
-            self.security = BrokerSecurity(derive(SecuritySettings, self.config), configuration=self.configuration,
-                                           registry=self.registry)
-            self.client_credentials = BrokerClientCredentials(
-                derive(BrokerClientSettings, self.config, prefix="broker_client_"))
+            self.security = BrokerSecurity(self.config, configuration=self.configuration, registry=self.registry)
+            self.client_credentials = BrokerClientCredentials(self.config.broker_client_settings())
         except MagnetarError as e:
             raise BrokerError(f"security settings: {e}") from None
 
@@ -274,14 +271,10 @@ class BrokerProcess:
     def _web_tls_context(self) -> Any:
         """The HTTPS port's context: the broker's certificate (reloaded when its files change), client
         certificates asked for when a trusted CA is configured."""
-        from magnetar.auth.tls import ReloadingServerContext, TlsSettings
+        from magnetar.auth.tls import ReloadingServerContext
 
-        c = self.config
         try:
-            return ReloadingServerContext(TlsSettings(
-                cert_file=c.tls_cert_file, key_file=c.tls_key_file, trust_certs_file=c.tls_trust_certs_file,
-                require_client_cert=c.tls_require_trusted_client_cert, min_protocol=c.tls_min_protocol,
-                ciphers=c.tls_ciphers)).serving_context()
+            return ReloadingServerContext(self.config.tls_settings()).serving_context()
         except MagnetarError as e:
             raise BrokerError(f"web_tls_port: {e}") from None
 
@@ -473,55 +466,8 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 # -- process -----------------------------------------------------------------------------------------------
 
 
-class _PrefixFilter(logging.Filter):
-    prefix = "-"
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.broker = self.prefix
-        return True
-
-
-_FILTER = _PrefixFilter()
-
-
-def _set_log_prefix(broker_id: str) -> None:
-    _FILTER.prefix = broker_id
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_FILTER)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(broker)s] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for noisy in ("kazoo", "config_store.kazoo", "aiohttp.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-async def serve(config: BrokerConfig) -> None:
-    """Runs a broker until SIGTERM or SIGINT, then shuts it down cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    broker = BrokerProcess(config)
-    try:
-        await broker.start()
-        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_runtime()
-        await stop.wait()
-        log.info("signal received")
-    finally:
-        await broker.close()
-
-
 def run(config_path: pathlib.Path | str) -> None:
-    """Entry point of ``magnetar broker --config FILE``."""
-    config = BrokerConfig.load(config_path)
-    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
-    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
-    try:
-        asyncio.run(serve(config))
-    except KeyboardInterrupt:
-        pass
+    """Entry point of ``magnetar broker --config FILE``: runs a broker until SIGTERM or SIGINT, then shuts it down
+    cleanly (:mod:`magnetar.process_main`)."""
+    process_main.run(config_path, settings=BrokerConfig, server=BrokerProcess, log=log,
+                     quiet=("aiohttp.access",), tune_runtime=tune_runtime)

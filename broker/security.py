@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 from prometheus_client import CollectorRegistry, Counter
 
 from magnetar.auth import authorization as rules
-from magnetar.auth.providers import PROVIDER_NAMES, AuthenticationService, TokenSettings
-from magnetar.auth.tls import PROTOCOLS
-from magnetar.errors import ConfigError
+from magnetar.auth import settings as auth_settings
+from magnetar.auth.providers import AuthenticationService
 from magnetar.topic_name import TopicName
 
 from . import metrics_names as names
@@ -44,53 +43,20 @@ log = logging.getLogger("broker.security")
 __all__ = ["SecuritySettings", "BrokerSecurity"]
 
 
-@dataclass(frozen=True)
-class SecuritySettings:
-    """The authentication and authorization settings (``broker.toml``, Pulsar's names in snake_case).
+@dataclass(frozen=True, kw_only=True)
+class SecuritySettings(auth_settings.SecuritySettings):
+    """The security settings of ``broker.toml``: the ones every server shares
+    (:class:`magnetar.auth.settings.SecuritySettings`) and the broker's own ``proxy_roles``.
 
     Attributes:
-        authentication_enabled: refuse clients that do not authenticate (Pulsar ``authenticationEnabled``).
-        authentication_providers: the methods accepted: ``"tls"``, ``"token"``.
-        authorization_enabled: check every operation against the grants (``authorizationEnabled``).
-        superuser_roles: roles allowed everything (``superUserRoles``).
-        proxy_roles: roles that may act for an original principal (``proxyRoles``).
-        token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: the token
-            provider's key and claims (see ``magnetar.auth.providers.TokenSettings``).
+        proxy_roles: roles that may act for an original principal (Pulsar ``proxyRoles``).
     """
 
-    authentication_enabled: bool = False
-    authentication_providers: tuple[str, ...] = ()
-    authorization_enabled: bool = False
-    superuser_roles: tuple[str, ...] = ()
     proxy_roles: tuple[str, ...] = ()
-    token_secret_key: str = ""
-    token_public_key: str = ""
-    token_auth_claim: str = "sub"
-    token_audience_claim: str = "aud"
-    token_audience: str = ""
 
-    def validate(self) -> None:
-        """Raises ConfigError naming the first inconsistent setting (keys are read later, at start-up)."""
-        for name in self.authentication_providers:
-            if name not in PROVIDER_NAMES:
-                raise ConfigError(f"authentication_providers: unknown provider {name!r}; known: "
-                                  f"{', '.join(PROVIDER_NAMES)}")
-        if self.authentication_enabled and not self.authentication_providers:
-            raise ConfigError("authentication_enabled needs authentication_providers (\"tls\", \"token\" or both)")
-        if self.authorization_enabled and not self.authentication_enabled:
-            raise ConfigError("authorization_enabled needs authentication_enabled: without a role, nothing "
-                              "could be allowed")
-        if self.authentication_enabled and "token" in self.authentication_providers and \
-                not (self.token_secret_key or self.token_public_key):
-            raise ConfigError("the token provider needs token_secret_key or token_public_key")
-        for name in ("superuser_roles", "proxy_roles"):
-            if any(not role or role != role.strip() for role in getattr(self, name)):
-                raise ConfigError(f"{name} must not hold empty roles or roles with surrounding spaces")
-
-
-def validate_tls_policy(min_protocol: str) -> None:
-    if min_protocol not in PROTOCOLS:
-        raise ConfigError(f"tls_min_protocol must be one of {', '.join(PROTOCOLS)}, not {min_protocol!r}")
+    def validate_authentication(self) -> None:
+        super().validate_authentication()
+        self._validate_roles("proxy_roles")
 
 
 class BrokerSecurity:
@@ -109,17 +75,11 @@ class BrokerSecurity:
 
     def __init__(self, settings: SecuritySettings, *, configuration: "Optional[ConfigurationStore]" = None,
                  registry: Optional[CollectorRegistry] = None) -> None:
-        settings.validate()
+        settings.validate_authentication()
         self.settings = settings
         self.configuration = configuration
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.authentication: Optional[AuthenticationService] = None
-        if settings.authentication_enabled:
-            self.authentication = AuthenticationService.from_settings(
-                settings.authentication_providers,
-                token=TokenSettings(secret_key=settings.token_secret_key, public_key=settings.token_public_key,
-                                    role_claim=settings.token_auth_claim,
-                                    audience_claim=settings.token_audience_claim, audience=settings.token_audience))
+        self.authentication: Optional[AuthenticationService] = settings.authentication_service()
         self.superusers = frozenset(settings.superuser_roles)
         self.proxy_roles = frozenset(settings.proxy_roles)
         self._failures = Counter(names.AUTH_FAILURES, "Refused authentications (binary protocol, TLS handshakes, "
@@ -185,12 +145,7 @@ class BrokerSecurity:
     # Each answers True when authorization is off. A role of None (authentication off) is nobody.
 
     async def can_produce(self, role: Optional[str], original_principal: Optional[str], topic: TopicName) -> bool:
-        if not self.authorization_enabled:
-            return True
-        admins, namespace_auth, topic_auth, _ = await self._grants(topic.tenant, topic.namespace_portion, topic)
-        return self._through_proxy(role, original_principal, lambda r: rules.can_produce(
-            r, superusers=self.superusers, tenant_admin_roles=admins, namespace_auth=namespace_auth,
-            topic_auth=topic_auth))
+        return await self._on_topic(rules.can_produce, role, original_principal, topic)
 
     async def can_consume(self, role: Optional[str], original_principal: Optional[str], topic: TopicName,
                           subscription: Optional[str]) -> bool:
@@ -204,10 +159,15 @@ class BrokerSecurity:
 
     async def can_lookup(self, role: Optional[str], original_principal: Optional[str], topic: TopicName) -> bool:
         """A topic lookup, its partitioned metadata, its schema: ``produce`` or ``consume`` on it."""
+        return await self._on_topic(rules.can_lookup, role, original_principal, topic)
+
+    async def _on_topic(self, rule: Callable[..., bool], role: Optional[str], original_principal: Optional[str],
+                        topic: TopicName) -> bool:
+        """``rule`` (``rules.can_produce``, ``rules.can_lookup``) over the grants of ``topic`` and its namespace."""
         if not self.authorization_enabled:
             return True
         admins, namespace_auth, topic_auth, _ = await self._grants(topic.tenant, topic.namespace_portion, topic)
-        return self._through_proxy(role, original_principal, lambda r: rules.can_lookup(
+        return self._through_proxy(role, original_principal, lambda r: rule(
             r, superusers=self.superusers, tenant_admin_roles=admins, namespace_auth=namespace_auth,
             topic_auth=topic_auth))
 

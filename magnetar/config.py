@@ -22,6 +22,11 @@ Settings of inner rooms may count the same duration in another unit (the broker'
 ``compaction_monitor_interval_ms`` is the service's ``compaction_monitor_interval_s``): :func:`derive`
 builds such settings from a server's settings by field name, converting between ``_ms`` and ``_s``, so a
 setting added to both flows without copying code.
+
+Shared settings. What several servers' settings have in common is a keyword-only dataclass mixin they all
+inherit, so its keys, defaults and checks exist once: :class:`RegionServerSettings` here (``data_dir``,
+``zookeeper``, ``cluster``, listen addresses of a broker or proxy), ``magnetar.auth.settings.SecuritySettings``
+(TLS, authentication, authorization).
 """
 
 from __future__ import annotations
@@ -30,19 +35,23 @@ import dataclasses
 import difflib
 import math
 import pathlib
+import re
 import tomllib
 import typing
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
 from magnetar.errors import ConfigError
 
-__all__ = ["TomlSettings", "derive", "duration_unit", "from_mapping", "load", "read_toml", "typed_value"]
+__all__ = ["RegionServerSettings", "TomlSettings", "check_name", "check_ports", "derive", "duration_unit",
+           "from_mapping", "load", "read_toml", "typed_value"]
 
 T = TypeVar("T")
 
 # Milliseconds per unit of each duration suffix; a name ending in one of these counts a duration.
 DURATION_UNITS: Mapping[str, int] = {"_ms": 1, "_s": 1000}
 _UNIT_WORDS = {"_ms": "milliseconds", "_s": "seconds", "_bytes": "bytes"}
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-=:]+")
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
           pathlib.Path: "a path (string)"}
 
@@ -64,6 +73,87 @@ class TomlSettings:
     def load(cls: type[T], path: pathlib.Path | str) -> T:
         """Reads a TOML file; relative paths in it are taken relative to the file's folder."""
         return load(cls, path, kind=cls.kind)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionServerSettings:
+    """Mixin of the settings of a server of a region that ZooKeeper knows (a broker, a proxy): where it keeps its
+    files, which ZooKeeper and configuration store it reads, which region it serves, where it listens.
+
+    Fields are keyword-only, so a server's own fields may follow. ``__post_init__`` makes ``data_dir`` a path and
+    calls the server's ``validate()``, which calls :meth:`validate_region_server`.
+
+    Attributes:
+        data_dir: holds ``endpoints.json`` (the bound addresses, written once the server serves).
+        zookeeper: the region's ZooKeeper (``host:port[,host:port]/chroot``).
+        configuration_store: the global configuration store; empty means the same ZooKeeper as ``zookeeper``.
+        cluster: the region (Pulsar: cluster) the server serves.
+        bind_host: the address the server's listeners bind.
+        advertised_host: the host the server is reached at.
+    """
+
+    data_dir: pathlib.Path
+    zookeeper: str
+    configuration_store: str = ""
+    cluster: str = "standalone"
+    bind_host: str = "127.0.0.1"
+    advertised_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the first inconsistent setting (a server adds its own checks)."""
+        self.validate_region_server()
+
+    @property
+    def endpoints_path(self) -> pathlib.Path:
+        return self.data_dir / "endpoints.json"
+
+    @property
+    def configuration_store_connect(self) -> str:
+        """The global store's connect string (the region's ZooKeeper when none is configured)."""
+        return self.configuration_store or self.zookeeper
+
+    def validate_region_server(self) -> None:
+        """Raises ConfigError naming the first of these settings that cannot work."""
+        if str(self.data_dir) in ("", "."):
+            raise ConfigError("data_dir must not be empty")
+        if not self.zookeeper.strip():
+            raise ConfigError("zookeeper must name the region's ZooKeeper (host:port[/chroot])")
+        for name in ("zookeeper", "configuration_store"):
+            if any(c.isspace() for c in getattr(self, name)):
+                raise ConfigError(f"{name} must not contain spaces: {getattr(self, name)!r}")
+        check_name("cluster", self.cluster)
+        for name in ("bind_host", "advertised_host"):
+            value = getattr(self, name)
+            if not value or any(c.isspace() for c in value) or "/" in value:
+                raise ConfigError(f"{name} is not a host name or address: {value!r}")
+
+
+def check_name(key: str, value: str) -> None:
+    """ConfigError unless ``value`` is a name ZooKeeper paths and URLs take as it is (a cluster, a broker id)."""
+    if not _NAME_RE.fullmatch(value):
+        raise ConfigError(f"{key} {value!r} is not a valid name (letters, digits, '-_.=:')")
+
+
+def check_ports(settings: Any, names: tuple[str, ...], *, zero: str = "") -> None:
+    """ConfigError unless each port setting ``names`` of ``settings`` is in 0..65535 and those not 0 differ.
+
+    ``zero`` says what 0 means, in the message (``" (0: not served)"``).
+    """
+    for name in names:
+        value = getattr(settings, name)
+        if not 0 <= value <= 65535:
+            raise ConfigError(f"{name} must be in 0..65535{zero}, not {value}")
+    seen: dict[int, str] = {}
+    for name in names:
+        value = getattr(settings, name)
+        if value and value in seen:
+            raise ConfigError(f"{seen[value]} and {name} must differ (both {value})")
+        if value:
+            seen[value] = name
 
 
 # -- loading ------------------------------------------------------------------------------------------------

@@ -8,12 +8,11 @@ so a token rotated on disk is picked up without a restart.
 
 from __future__ import annotations
 
-import pathlib
 import ssl
-import urllib.parse
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
+from magnetar.auth.settings import BrokerClientSettings
 from magnetar.errors import ConfigError
 from magnetar.protocol.client import Auth
 
@@ -24,28 +23,15 @@ from .tls import broker_client_context
 __all__ = ["BrokerClient"]
 
 
-def _token_reader(params: str) -> Auth:
-    if params.startswith("token:"):
-        token = params[len("token:"):].strip()
-        if not token:
-            raise BrokerCredentialsError("broker_client_auth_params \"token:\" names no token")
-        return Auth.token(token)
-    if params.startswith("file://"):
-        path = pathlib.Path(urllib.parse.unquote(urllib.parse.urlsplit(params).path))
-        _read_token_file(path)  # fail at start-up, not at the first connection
-        return Auth.token(lambda: _read_token_file(path))
-    raise BrokerCredentialsError("broker_client_auth_params of method token must be \"token:<jwt>\" or "
-                                 "\"file:///path\"")
-
-
-def _read_token_file(path: pathlib.Path) -> str:
-    try:
-        token = path.read_text().strip()
-    except OSError as e:
-        raise BrokerCredentialsError(f"cannot read the proxy's broker token {path}: {e.strerror or e}") from None
-    if not token:
-        raise BrokerCredentialsError(f"the proxy's broker token file {path} is empty")
-    return token
+def _token_supplier(settings: BrokerClientSettings) -> Callable[[], str]:
+    """The proxy's token, read again at every connection (a ``file://`` one may be rotated on disk)."""
+    def supply() -> str:
+        try:
+            return settings.token() or ""
+        except ConfigError as e:
+            raise BrokerCredentialsError(f"the proxy's broker token: {e}") from None
+    supply()  # fail at start-up, not at the first connection
+    return supply
 
 
 @dataclass(frozen=True)
@@ -63,15 +49,14 @@ class BrokerClient:
     @classmethod
     def from_config(cls, config: ProxyConfig) -> "BrokerClient":
         """Raises BrokerCredentialsError when the credentials or certificates cannot be loaded."""
-        method, params = config.broker_client_auth_method, config.broker_client_auth_params
+        settings = config.broker_client_settings()
         auth: Optional[Auth] = None
-        cert_file = key_file = ""
-        if method == "token":
-            auth = _token_reader(params)
-        elif method == "tls":
-            cert_file, key_file = (p.strip() for p in params.split(",", 1))
+        if settings.auth_method == "token":
+            auth = Auth.token(_token_supplier(settings))
+        elif settings.auth_method == "tls":
             auth = Auth.tls()
-        needs_tls = config.tls_enabled_with_broker or method == "tls"
+        cert_file, key_file = settings.tls_files()
+        needs_tls = settings.tls_enabled or settings.auth_method == "tls"
         try:
             context = broker_client_context(config, cert_file=cert_file, key_file=key_file) if needs_tls else None
         except ConfigError as e:

@@ -17,13 +17,10 @@ namespace permissions and tenant admins that lookups are checked against live th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import pathlib
-import signal
-import sys
 from typing import Any, Optional
 
 import aiohttp
@@ -31,7 +28,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from config_store import ConfigurationStore, KazooMetadataStore, MetadataError, MetadataStore
-from magnetar.auth.providers import AuthenticationService, TokenSettings
+from magnetar import process_main
+from magnetar.auth.providers import AuthenticationService
 from magnetar.auth.tls import ReloadingServerContext
 from magnetar.errors import ConfigError
 from observability.runtime import RuntimeMetrics, tune_runtime
@@ -49,7 +47,7 @@ from .metrics import ProxyCollector, ProxyStats
 from .server import ProxyServer
 from .tls import server_tls
 
-__all__ = ["ProxyProcess", "run", "serve"]
+__all__ = ["ProxyProcess", "run"]
 
 log = logging.getLogger("proxy.process")
 
@@ -96,7 +94,7 @@ class ProxyProcess:
                     self.server_tls = server_tls(config)
                 except ConfigError as e:
                     raise ProxyStartError(f"cannot load the proxy's certificate: {e}") from None
-            self.authentication = _authentication(config)
+            self.authentication = config.authentication_service()
             self.broker_client = BrokerClient.from_config(config)
             self.store = KazooMetadataStore(config.zookeeper, session_timeout_ms=config.zk_session_timeout_ms)
             await self.store.start()
@@ -249,52 +247,11 @@ class ProxyProcess:
         os.replace(tmp, path)
 
 
-def _authentication(config: ProxyConfig) -> Optional[AuthenticationService]:
-    """The providers of ``authentication_providers`` (None when authentication is off); ConfigError when a
-    token key cannot be read."""
-    if not config.authentication_enabled:
-        return None
-    return AuthenticationService.from_settings(config.authentication_providers, token=TokenSettings(
-        secret_key=config.token_secret_key, public_key=config.token_public_key, role_claim=config.token_auth_claim,
-        audience_claim=config.token_audience_claim, audience=config.token_audience))
-
-
 # -- process -----------------------------------------------------------------------------------------------
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [proxy] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    for noisy in ("kazoo", "config_store.kazoo", "aiohttp.access", "magnetar.protocol.client"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-async def serve(config: ProxyConfig) -> None:
-    """Runs a proxy until SIGTERM or SIGINT, then shuts it down cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    proxy = ProxyProcess(config)
-    try:
-        await proxy.start()
-        if os.environ.get("MAGNETAR_TUNE_GC", "1") != "0":
-            tune_runtime()
-        await stop.wait()
-        log.info("signal received")
-    finally:
-        await proxy.close()
-
-
 def run(config_path: pathlib.Path | str) -> None:
-    """Entry point of ``magnetar proxy --config FILE``."""
-    config = ProxyConfig.load(config_path)
-    setup_logging(logging.DEBUG if os.environ.get("MAGNETAR_DEBUG") else logging.INFO)
-    log.info("starting from %s (data_dir %s)", config_path, config.data_dir)
-    try:
-        asyncio.run(serve(config))
-    except KeyboardInterrupt:
-        pass
+    """Entry point of ``magnetar proxy --config FILE``: runs a proxy until SIGTERM or SIGINT, then shuts it down
+    cleanly (:mod:`magnetar.process_main`)."""
+    process_main.run(config_path, settings=ProxyConfig, server=ProxyProcess, log=log, name="proxy",
+                     quiet=("aiohttp.access", "magnetar.protocol.client"), tune_runtime=tune_runtime)

@@ -39,10 +39,7 @@ def server_tls(config: ProxyConfig) -> ReloadingServerContext:
     Raises:
         ConfigError: the files cannot be read or used.
     """
-    return ReloadingServerContext(TlsSettings(
-        cert_file=config.tls_cert_file, key_file=config.tls_key_file, trust_certs_file=config.tls_trust_certs_file,
-        require_client_cert=config.tls_require_trusted_client_cert, min_protocol=config.tls_min_protocol,
-        ciphers=config.tls_ciphers))
+    return ReloadingServerContext(config.tls_settings())
 
 
 def broker_client_context(config: ProxyConfig, *, cert_file: str = "", key_file: str = "") -> ssl.SSLContext:

@@ -79,14 +79,18 @@ class ServiceConfig:
         tls_port: the same protocol over TLS (``pulsar+ssl://``); 0: off. The TLS handshake is done per
             connection (``session/server.py``) so refused handshakes are counted by reason.
         tls_cert_file, tls_key_file, tls_trust_certs_file, tls_require_trusted_client_cert, tls_min_protocol,
-        tls_ciphers: the TLS port's certificate and policy (``magnetar.auth.tls.TlsSettings``; files reloaded
-            when they change).
+        tls_ciphers: the TLS port's certificate and policy (files reloaded when they change).
         tls_handshake_timeout_s: a TLS client must finish its handshake within this long.
         authentication_enabled, authentication_providers, authorization_enabled, superuser_roles, proxy_roles,
         token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: who may
             connect and what it may do (``broker/security.py``; CONNECT and the commands: ``session/auth.py``).
         authentication_refresh_check_s: how often connections' credentials are checked (AUTH_CHALLENGE before
             they expire; closed when they expired without a refresh).
+
+    The security settings are the broker's (``broker.security.SecuritySettings``, documented and checked there),
+    copied by ``derive`` like the rest; the service turns them back into those settings with ``derive`` to build
+    its TLS context and, when the process gives it none, its ``BrokerSecurity``. They are copies, not inherited:
+    this dataclass is mutable and the broker's settings are frozen, and tests build it field by field.
     """
 
     host: str = "127.0.0.1"

@@ -35,6 +35,7 @@ from .topics.nonpersistent.topic import NonPersistentTopic
 from .topics.topic import Topic, TopicState
 from .session.topic_list import namespace_topic_names
 from .session.topic_list_watch import TopicListWatchService
+from .tasks import spawn
 
 if TYPE_CHECKING:
     import prometheus_client
@@ -62,8 +63,9 @@ class BrokerService:
         self.config = config
         # who may connect and what they may do; the broker process shares one with its admin API
         self._owns_security = security is None
+        settings = derive(SecuritySettings, config)  # the service's copies of broker.toml's security settings
         self.security = security if security is not None else BrokerSecurity(
-            derive(SecuritySettings, config), configuration=configuration_store, registry=registry)
+            settings, configuration=configuration_store, registry=registry)
         self.ml_factory = ml_factory
         self.configuration_store = configuration_store
         self.ownership = ownership
@@ -79,13 +81,9 @@ class BrokerService:
         self._servers = [self._server, *(ProtocolServer(self, h, p) for h, p in config.extra_listen_addresses)]
         self._tls_server: Optional[ProtocolServer] = None
         if config.tls_port:
-            from magnetar.auth.tls import ReloadingServerContext, TlsSettings
+            from magnetar.auth.tls import ReloadingServerContext
 
-            tls = ReloadingServerContext(TlsSettings(
-                cert_file=config.tls_cert_file, key_file=config.tls_key_file,
-                trust_certs_file=config.tls_trust_certs_file,
-                require_client_cert=config.tls_require_trusted_client_cert, min_protocol=config.tls_min_protocol,
-                ciphers=config.tls_ciphers))  # ConfigError now, for files that cannot be used
+            tls = ReloadingServerContext(settings.tls_settings())  # ConfigError now, for files that cannot be used
             self._tls_server = ProtocolServer(self, config.host, config.tls_port, tls=tls,
                                               handshake_timeout_s=config.tls_handshake_timeout_s)
             self._servers.append(self._tls_server)
@@ -202,10 +200,7 @@ class BrokerService:
         await self.close()
 
     def spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return spawn(self._tasks, coro, name)
 
     @property
     def service_url(self) -> str:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, TypeVar
+from typing import Any, Awaitable, Coroutine, TypeVar
 
 log = logging.getLogger("broker.service")
 
 T = TypeVar("T")
+
+
+def spawn(tasks: set[asyncio.Task], coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+    """Runs ``coro`` in the background, kept in ``tasks`` until it ends: referenced (a task nobody references
+    may be collected mid-flight) and there for its owner to cancel and await on close."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return task
 
 
 async def shielded(aw: Awaitable[T]) -> T:

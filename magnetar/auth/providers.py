@@ -25,6 +25,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from magnetar.auth import tokens
 from magnetar.auth.errors import AuthenticationError
+from magnetar.auth.settings import PROVIDER_NAMES
 from magnetar.errors import ConfigError
 
 NO_METHOD = ("", "none")
@@ -157,9 +158,6 @@ class TokenAuthenticationProvider:
             raise AuthenticationError(f"the token has no role: claim {self._role_claim!r} is missing or empty",
                                       reason="no_role")
         return Authenticated(role=role, method=self.method, expires_at_s=tokens.expires_at_s(claims))
-
-
-PROVIDER_NAMES = ("tls", "token")
 
 
 class AuthenticationService:

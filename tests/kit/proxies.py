@@ -8,7 +8,6 @@ this very process, ``/health`` 200 and the TLS port accepting connections. ``han
 
 from __future__ import annotations
 
-import json
 import pathlib
 import urllib.request
 from typing import Any, Optional
@@ -16,51 +15,36 @@ from typing import Any, Optional
 from magnetar.net import free_port
 
 from .certs import TestCa
-from .process import ManagedProcess, python_command
-from .server import HOST, dumps_toml
+from .server import HOST, ServerProcess
 
 
-class ProxyHandle:
+class ProxyHandle(ServerProcess):
     """One proxy process under test control.
 
     Args:
         name: its folder under ``base_dir`` and log name.
         zk_connect: the region's ZooKeeper (with chroot).
         ca: issues the proxy's server certificate (for 127.0.0.1 and localhost); None: no TLS port.
+        plain: serve ``pulsar://`` on a free port too (else ``port = 0``: not served).
         overrides: any :class:`proxy.config.ProxyConfig` setting.
     """
 
+    port_keys = ()  # chosen here: which ports a proxy serves depends on ``plain`` and ``ca``
+    http_port_key = "web_port"
+
     def __init__(self, name: str, base_dir: pathlib.Path, zk_connect: str, *, ca: Optional[TestCa],
                  plain: bool = True, **overrides: Any) -> None:
-        root = pathlib.Path(base_dir) / name
-        root.mkdir(parents=True, exist_ok=True)
-        self.name = name
-        self.data_dir = root / "data"
-        self.config_path = root / "proxy.toml"
         self.ca = ca
-        settings: dict[str, Any] = {"cluster": "test", "zookeeper": zk_connect, "bind_host": HOST,
-                                    "advertised_host": HOST, "data_dir": str(self.data_dir),
+        settings: dict[str, Any] = {"cluster": "test", "zookeeper": zk_connect,
                                     "port": free_port(HOST) if plain else 0, "web_port": free_port(HOST),
                                     "tls_port": 0, "keep_alive_interval_ms": 30_000}
         if ca is not None:
             cert = ca.server(f"{name}-server")
             settings.update(tls_port=free_port(HOST), tls_cert_file=str(cert.cert), tls_key_file=str(cert.key),
                             tls_trust_certs_file=str(ca.ca_file))
-        settings.update(overrides)
-        self.settings = settings
-        self.write_config()
-        self.process = ManagedProcess(name, python_command("proxy", "--config", str(self.config_path)),
-                                      log_path=pathlib.Path(base_dir) / "logs" / f"{name}.log", health=self.healthy)
-
-    def write_config(self, **changes: Any) -> None:
-        self.settings.update(changes)
-        self.config_path.write_text(dumps_toml(self.settings))
+        super().__init__("proxy", None, name, base_dir, settings, overrides)
 
     # -- addresses -------------------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return int(self.settings["port"])
 
     @property
     def tls_port(self) -> int:
@@ -68,7 +52,7 @@ class ProxyHandle:
 
     @property
     def web_port(self) -> int:
-        return int(self.settings["web_port"])
+        return self.http_port
 
     @property
     def pulsar_url(self) -> str:
@@ -78,23 +62,10 @@ class ProxyHandle:
     def pulsar_ssl_url(self) -> str:
         return f"pulsar+ssl://{HOST}:{self.tls_port}"
 
-    @property
-    def http_url(self) -> str:
-        return f"http://{HOST}:{self.web_port}"
-
     # -- state -----------------------------------------------------------------------------------------
 
     def healthy(self) -> bool:
-        try:
-            endpoints = json.loads((self.data_dir / "endpoints.json").read_text())
-            if endpoints.get("pid") != self.process.pid:
-                return False
-            with urllib.request.urlopen(f"{self.http_url}/health", timeout=1) as response:
-                if response.status != 200:
-                    return False
-        except (OSError, ValueError):
-            return False
-        return True  # endpoints.json is written once every listener is bound
+        return self.answers_health()  # endpoints.json is written once every listener is bound
 
     def metrics(self) -> dict[str, float]:
         """Every sample of ``/metrics``: ``{"name{label=\"v\"}": value}`` (no labels: just the name)."""
@@ -109,10 +80,6 @@ class ProxyHandle:
 
     def metric(self, name: str) -> float:
         return self.metrics().get(name, 0.0)
-
-    def start(self, *, timeout_s: float = 30.0) -> "ProxyHandle":
-        self.process.start(timeout_s=timeout_s)
-        return self
 
     def __repr__(self) -> str:
         return f"ProxyHandle({self.name} tls={self.tls_port} plain={self.port} web={self.web_port})"

@@ -1,14 +1,15 @@
 """What every Magnetar server process under test has in common: fixed ports and a data dir that survive
 restarts, a TOML config file, ``endpoints.json`` written by the process, and the kit's faults.
 
-Subclasses (``BookieProcess``, ``BrokerHandle``) name the process kind and its id key, add their own
-settings and say when the process is healthy.
+Subclasses (``BookieProcess``, ``BrokerHandle``, ``ProxyHandle``) name the process kind and its id key, add
+their own settings and say when the process is healthy.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import urllib.request
 from typing import Any, Optional
 
 from clusters.kinds import dumps_toml as _dumps_toml
@@ -28,29 +29,32 @@ class ServerProcess:
     """One ``magnetar <kind> --config <name>/<kind>.toml`` process.
 
     Args:
-        kind: the ``magnetar`` sub-command (``bookie``, ``broker``).
-        id_key: the config key holding the process's id (``bookie_id``, ``broker_id``).
+        kind: the ``magnetar`` sub-command (``bookie``, ``broker``, ``proxy``).
+        id_key: the config key holding the process's id (``bookie_id``, ``broker_id``); None: the kind has no id
+            setting (a proxy) and its id is ``name``.
         name: the default id and the name of its folder under ``base_dir``.
         base_dir: where ``<name>/<kind>.toml``, ``<name>/data`` and ``logs/<name>.log`` go.
         settings: the kind's own settings (before ``overrides``).
         overrides: any setting of the kind's config.
     """
 
-    def __init__(self, kind: str, id_key: str, name: str, base_dir: pathlib.Path, settings: dict[str, Any],
-                 overrides: dict[str, Any]) -> None:
-        self.id = str(overrides.pop(id_key, name))
-        self.port = int(overrides.pop("port", 0)) or free_port(HOST)
-        self.http_port = int(overrides.pop("http_port", 0)) or free_port(HOST)
+    port_keys: tuple[str, ...] = ("port", "http_port")  # given a free port unless overridden (0 too)
+    http_port_key = "http_port"  # the port of ``/health`` and ``/metrics``
+
+    def __init__(self, kind: str, id_key: Optional[str], name: str, base_dir: pathlib.Path,
+                 settings: dict[str, Any], overrides: dict[str, Any]) -> None:
+        self.name = name
+        self.id = str(overrides.pop(id_key, name)) if id_key else name
+        ports = {key: int(overrides.pop(key, 0)) or free_port(HOST) for key in self.port_keys}
         root = pathlib.Path(base_dir) / name
         root.mkdir(parents=True, exist_ok=True)
         self.data_dir = pathlib.Path(overrides.pop("data_dir", root / "data"))
         self.config_path = root / f"{kind}.toml"
         self.settings = {
-            id_key: self.id,
+            **({id_key: self.id} if id_key else {}),
             "bind_host": HOST,
             "advertised_host": HOST,
-            "port": self.port,
-            "http_port": self.http_port,
+            **ports,
             "data_dir": str(self.data_dir),
             **settings,
             **overrides,
@@ -69,8 +73,20 @@ class ServerProcess:
         self.config_path.write_text(dumps_toml(self.settings))
 
     @property
+    def port(self) -> int:
+        return int(self.settings["port"])
+
+    @property
+    def http_port(self) -> int:
+        return int(self.settings[self.http_port_key])
+
+    @property
     def http_address(self) -> str:
         return f"{HOST}:{self.http_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_address}"
 
     def endpoints(self) -> dict[str, Any]:
         return json.loads((self.data_dir / "endpoints.json").read_text())
@@ -78,6 +94,16 @@ class ServerProcess:
     def started_by_this_process(self) -> bool:
         """endpoints.json was written by the current process (not left over from a previous start)."""
         return self.endpoints().get("pid") == self.process.pid
+
+    def answers_health(self) -> bool:
+        """endpoints.json was written by the current process and ``/health`` answers 200."""
+        try:
+            if not self.started_by_this_process():
+                return False
+            with urllib.request.urlopen(f"{self.http_url}/health", timeout=1) as response:
+                return response.status == 200
+        except (OSError, ValueError):
+            return False
 
     def healthy(self) -> bool:
         raise NotImplementedError

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Optional
 
 from magnetar.auth.errors import AuthenticationError
-from magnetar.auth.providers import Credentials
+from magnetar.auth.providers import Authenticated, Credentials
 from magnetar.protocol import pb
 
 from ..errors import BrokerServiceError, NotAuthorizedError, map_error
@@ -100,13 +100,8 @@ def admit(conn: "Connection", cmd: pb.CommandConnect) -> bool:
     if security.authentication is None:
         return True
     method = cmd.auth_method_name if cmd.HasField("auth_method_name") else ""
-    credentials = Credentials(method=method, data=bytes(cmd.auth_data), peer_certificate=conn.peer_certificate)
-    try:
-        who = security.authentication.authenticate(credentials)
-    except AuthenticationError as exc:
-        security.count_failure(exc.reason)
-        log.info("%s: CONNECT refused (%s): %s", conn.remote_address, exc.reason, exc)
-        _refuse(conn, ServerError.AuthenticationError, str(exc))
+    who = _authenticate(conn, method, bytes(cmd.auth_data), what="CONNECT")
+    if who is None:
         return False
     original = cmd.original_principal if cmd.HasField("original_principal") and cmd.original_principal else None
     if (original or security.authorization_enabled) and not security.is_valid_original_principal(who.role, original):
@@ -119,6 +114,20 @@ def admit(conn: "Connection", cmd: pb.CommandConnect) -> bool:
     identity.method, identity.expires_at_s = who.method, who.expires_at_s
     log.info("%s: authenticated %s using %s", conn.remote_address, identity.describe(), who.method)
     return True
+
+
+def _authenticate(conn: "Connection", method: str, data: bytes, *, what: str) -> "Optional[Authenticated]":
+    """The role ``method`` and ``data`` (and the connection's client certificate) prove; None when they prove
+    none: the refusal is counted, logged and written, and the connection is closing."""
+    security = conn.service.security
+    credentials = Credentials(method=method, data=data, peer_certificate=conn.peer_certificate)
+    try:
+        return security.authentication.authenticate(credentials)
+    except AuthenticationError as exc:
+        security.count_failure(exc.reason)
+        log.info("%s: %s refused (%s): %s", conn.remote_address, what, exc.reason, exc)
+        _refuse(conn, ServerError.AuthenticationError, str(exc))
+        return None
 
 
 def _invalid_principal_message(security, role: str, original: Optional[str]) -> str:
@@ -140,13 +149,8 @@ def handle_auth_response(conn: "Connection", frame: "Frame") -> None:
         return  # nothing was asked (authentication is off)
     response = frame.command.authResponse.response
     method = response.auth_method_name or identity.method
-    credentials = Credentials(method=method, data=bytes(response.auth_data), peer_certificate=conn.peer_certificate)
-    try:
-        who = security.authentication.authenticate(credentials)
-    except AuthenticationError as exc:
-        security.count_failure(exc.reason)
-        log.info("%s: refreshed credentials refused (%s): %s", conn.remote_address, exc.reason, exc)
-        _refuse(conn, ServerError.AuthenticationError, str(exc))
+    who = _authenticate(conn, method, bytes(response.auth_data), what="refreshed credentials")
+    if who is None:
         return
     if who.expires_at_s is not None and who.expires_at_s <= time.time():
         security.count_failure("expired")

@@ -8,7 +8,8 @@ import asyncio
 import enum
 from typing import TYPE_CHECKING
 
-from ..errors import topic_not_ready
+from ..errors import ServiceNotReadyError, topic_not_ready
+from ..tasks import spawn
 from .producer_access import ProducerAccess
 
 if TYPE_CHECKING:
@@ -23,15 +24,12 @@ class TopicState(enum.Enum):
 
 
 class TopicCommon(ProducerAccess):
-    """A mixin over ``name``, ``state``, ``_tasks``, ``producers``, ``subscriptions``, ``msg_in``, ``bytes_in``
-    and ``rate_limits``."""
+    """A mixin over ``name``, ``state``, ``_tasks``, ``producers``, ``_waiting_exclusive``, ``subscriptions``,
+    ``msg_in``, ``bytes_in`` and ``rate_limits``."""
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         """Runs ``coro`` in the background, kept referenced until it ends."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return spawn(self._tasks, coro, name)
 
     @property
     def serving(self) -> bool:
@@ -47,6 +45,18 @@ class TopicCommon(ProducerAccess):
 
     def has_clients(self) -> bool:
         return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
+
+    def _disconnect_producers(self) -> None:
+        """The first step of closing: the publish rate limit stops, producers are told the topic closed (their
+        clients reconnect and look it up again) and producers waiting for exclusive access are refused."""
+        self.rate_limits.close()
+        for producer in list(self.producers.values()):
+            producer.notify_closed()
+        self.producers.clear()
+        while self._waiting_exclusive:
+            _producer, fut = self._waiting_exclusive.popleft()
+            if not fut.done():
+                fut.set_exception(ServiceNotReadyError(f"topic {self.name} is closing"))
 
     def _count_published(self, producer: Producer, messages: int, size: int) -> None:
         """Meters one published entry on the producer and the topic, and charges the publish rate limit."""

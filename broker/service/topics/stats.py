@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Self, Sequence
 
 from ..policies.stats import BacklogQuotaStats, DispatchThrottleStats
 
@@ -230,6 +230,24 @@ class SubscriptionStats:
     key_shared_mode: Optional[str] = None
     allow_out_of_order_delivery: Optional[bool] = None
 
+    @classmethod
+    def of_consumers(cls, type: str, consumers: Sequence[ConsumerStats], *, removed_bytes_out: int,
+                     removed_msg_out: int, **fields: Any) -> Self:
+        """The stats of a subscription whose consumers are ``consumers``: their rates and counters summed (the
+        counters with those of consumers gone, ``removed_*``), their latest timestamps; ``fields`` set the rest.
+        Persistent and non-persistent subscriptions sum alike."""
+        return cls(
+            type=type, consumers=tuple(consumers),
+            msg_rate_out=sum(c.msg_rate_out for c in consumers),
+            msg_throughput_out=sum(c.msg_throughput_out for c in consumers),
+            bytes_out_counter=removed_bytes_out + sum(c.bytes_out_counter for c in consumers),
+            msg_out_counter=removed_msg_out + sum(c.msg_out_counter for c in consumers),
+            message_ack_rate=sum(c.message_ack_rate for c in consumers),
+            last_consumed_flow_timestamp_ms=max([c.last_consumed_flow_timestamp_ms for c in consumers], default=0),
+            last_consumed_timestamp_ms=max([c.last_consumed_timestamp_ms for c in consumers], default=0),
+            last_acked_timestamp_ms=max([c.last_acked_timestamp_ms for c in consumers], default=0),
+            **fields)
+
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)
@@ -345,6 +363,14 @@ class ReplicationInboundStats:
     msg_in_counter: int = 0
 
 
+def _side_value(side: str, name: str, absent: Any) -> property:
+    """A read-only property: ``name`` of the ``side`` stats of a ReplicationStats, ``absent`` without that side."""
+    def get(self: "ReplicationStats") -> Any:
+        stats = getattr(self, side)
+        return getattr(stats, name) if stats is not None else absent
+    return property(get)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ReplicationStats:
     """A topic's replication with one remote cluster, both ways: one entry of Pulsar's ``replication``
@@ -354,33 +380,13 @@ class ReplicationStats:
     outbound: Optional[ReplicatorStats] = None
     inbound: Optional[ReplicationInboundStats] = None
 
-    @property
-    def msg_rate_in(self) -> float:
-        return self.inbound.msg_rate_in if self.inbound is not None else 0.0
-
-    @property
-    def msg_throughput_in(self) -> float:
-        return self.inbound.msg_throughput_in if self.inbound is not None else 0.0
-
-    @property
-    def msg_rate_out(self) -> float:
-        return self.outbound.msg_rate_out if self.outbound is not None else 0.0
-
-    @property
-    def msg_throughput_out(self) -> float:
-        return self.outbound.msg_throughput_out if self.outbound is not None else 0.0
-
-    @property
-    def replication_backlog(self) -> int:
-        return self.outbound.replication_backlog if self.outbound is not None else 0
-
-    @property
-    def replication_delay_s(self) -> float:
-        return self.outbound.replication_delay_s if self.outbound is not None else 0
-
-    @property
-    def connected(self) -> bool:
-        return self.outbound.connected if self.outbound is not None else False
+    msg_rate_in = _side_value("inbound", "msg_rate_in", 0.0)
+    msg_throughput_in = _side_value("inbound", "msg_throughput_in", 0.0)
+    msg_rate_out = _side_value("outbound", "msg_rate_out", 0.0)
+    msg_throughput_out = _side_value("outbound", "msg_throughput_out", 0.0)
+    replication_backlog = _side_value("outbound", "replication_backlog", 0)
+    replication_delay_s = _side_value("outbound", "replication_delay_s", 0)
+    connected = _side_value("outbound", "connected", False)
 
     def to_json(self) -> dict[str, Any]:
         if self.outbound is not None:

@@ -352,15 +352,10 @@ class Subscription(SubscriptionAcks):
         delayed = dispatcher.delayed_messages() if dispatcher else 0
         key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatcher) else None
         cstats = with_key_hash_ranges(consumers, cstats, key_shared)
-        return SubscriptionStats(
-            type=self.type_name(),
-            consumers=tuple(cstats),
-            msg_rate_out=sum(c.msg_rate_out for c in cstats),
-            msg_throughput_out=sum(c.msg_throughput_out for c in cstats),
-            bytes_out_counter=self._removed_bytes_out + sum(c.bytes_out_counter for c in cstats),
-            msg_out_counter=self._removed_msg_out + sum(c.msg_out_counter for c in cstats),
+        return SubscriptionStats.of_consumers(
+            self.type_name(), cstats, removed_bytes_out=self._removed_bytes_out,
+            removed_msg_out=self._removed_msg_out,
             msg_rate_redeliver=sum(c.msg_rate_redeliver for c in cstats),
-            message_ack_rate=sum(c.message_ack_rate for c in cstats),
             msg_backlog=backlog,
             backlog_size_bytes=self.backlog_size_bytes(backlog),
             msg_backlog_no_delayed=max(0, backlog - delayed),
@@ -370,9 +365,6 @@ class Subscription(SubscriptionAcks):
             msg_rate_expired=self.msg_expired.rate(),
             total_msg_expired=self.msg_expired.total,
             last_expire_timestamp_ms=self.last_expire_ms,
-            last_consumed_flow_timestamp_ms=max([c.last_consumed_flow_timestamp_ms for c in cstats], default=0),
-            last_consumed_timestamp_ms=max([c.last_consumed_timestamp_ms for c in cstats], default=0),
-            last_acked_timestamp_ms=max([c.last_acked_timestamp_ms for c in cstats], default=0),
             last_mark_delete_advanced_timestamp_ms=self.last_md_advanced_ms,
             is_durable=self.durable,
             is_replicated=self.replicated,

@@ -419,14 +419,7 @@ class Topic(TopicSubscriptions, TopicCommon):
         self.state = TopicState.CLOSED
 
     async def _disconnect_all(self, *, flush: bool) -> None:
-        self.rate_limits.close()
-        for producer in list(self.producers.values()):
-            producer.notify_closed()
-        self.producers.clear()
-        while self._waiting_exclusive:
-            producer, fut = self._waiting_exclusive.popleft()
-            if not fut.done():
-                fut.set_exception(ServiceNotReadyError(f"topic {self.name} is closing"))
+        self._disconnect_producers()
         results = await asyncio.gather(*(s.close() if flush else s._shutdown()
                                          for s in list(self.subscriptions.values())), return_exceptions=True)
         for r in results:

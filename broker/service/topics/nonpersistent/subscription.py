@@ -193,18 +193,10 @@ class NonPersistentSubscription:
         dispatcher = self.dispatcher
         key_shared = dispatcher if isinstance(dispatcher, KeySharedDispatch) else None
         cstats = with_key_hash_ranges(consumers, cstats, key_shared)
-        return NonPersistentSubscriptionStats(
-            type=self.type_name(),
-            consumers=tuple(cstats),
-            msg_rate_out=sum(c.msg_rate_out for c in cstats),
-            msg_throughput_out=sum(c.msg_throughput_out for c in cstats),
-            bytes_out_counter=self._removed_bytes_out + sum(c.bytes_out_counter for c in cstats),
-            msg_out_counter=self._removed_msg_out + sum(c.msg_out_counter for c in cstats),
-            message_ack_rate=sum(c.message_ack_rate for c in cstats),
+        return NonPersistentSubscriptionStats.of_consumers(
+            self.type_name(), cstats, removed_bytes_out=self._removed_bytes_out,
+            removed_msg_out=self._removed_msg_out,
             msg_drop_rate=self.msg_drop.rate(),
             active_consumer_name=dispatcher.active_consumer_name() if dispatcher is not None else None,
-            last_consumed_flow_timestamp_ms=max([c.last_consumed_flow_timestamp_ms for c in cstats], default=0),
-            last_consumed_timestamp_ms=max([c.last_consumed_timestamp_ms for c in cstats], default=0),
-            last_acked_timestamp_ms=max([c.last_acked_timestamp_ms for c in cstats], default=0),
             key_shared_mode=KeySharedMode(key_shared.mode).name if key_shared is not None else None,
         )

@@ -39,7 +39,7 @@ from magnetar.topic_name import TopicName
 
 from ...policies.backlog_quota import QuotaType
 from ..consumer import Consumer
-from ...errors import NotAllowedError, ServiceNotReadyError, TopicBusyError, topic_not_ready
+from ...errors import NotAllowedError, TopicBusyError, topic_not_ready
 from ...latency import WriteLatency
 from .dispatch import Offer
 from .subscription import NonPersistentSubscription
@@ -270,14 +270,7 @@ class NonPersistentTopic(TopicCommon):
         self.state = TopicState.DELETED
 
     async def _disconnect_all(self) -> None:
-        self.rate_limits.close()
-        for producer in list(self.producers.values()):
-            producer.notify_closed()
-        self.producers.clear()
-        while self._waiting_exclusive:
-            _producer, fut = self._waiting_exclusive.popleft()
-            if not fut.done():
-                fut.set_exception(ServiceNotReadyError(f"topic {self.name} is closing"))
+        self._disconnect_producers()
         for sub in list(self.subscriptions.values()):
             sub.disconnect_consumers()
         self.subscriptions.clear()
