@@ -284,6 +284,21 @@ def test_produce_only_and_subscription_role_lists(broker, pki, secret) -> None:
     assert subscriptions == {"audit", "other"}  # the refused "mine" was never created
 
 
+def test_a_replicator_name_is_trusted_by_role_not_by_name(broker, pki, secret) -> None:
+    topic = topic_name("repl-name")
+    app = tls_client(broker, pki, pulsar.AuthenticationToken(token_for(secret, "app")))  # may produce, not a superuser
+    admin = tls_client(broker, pki, pulsar.AuthenticationToken(token_for(secret, "admin")))
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            app.create_producer(topic, producer_name="pulsar.repl.elsewhere")
+        assert not loaded(broker, topic) or not broker.stats(topic)["publishers"]
+        app.create_producer(topic, producer_name="ordinary").send(b"fine")  # the same role, another name
+        admin.create_producer(topic, producer_name="pulsar.repl.elsewhere").close()  # a superuser may
+    finally:
+        app.close()
+        admin.close()
+
+
 def test_a_grant_and_its_revoke_apply_without_restart(broker, pki, secret) -> None:
     client = tls_client(broker, pki, pulsar.AuthenticationToken(token_for(secret, "late")))
     topic = topic_name()

@@ -43,6 +43,7 @@ from magnetar.auth.providers import Authenticated, Credentials
 from magnetar.protocol import pb
 
 from ..errors import BrokerServiceError, NotAuthorizedError, map_error
+from ..topics.dedup import is_replicator
 
 if TYPE_CHECKING:
     from magnetar.protocol import Frame
@@ -295,3 +296,19 @@ async def authorize_namespace(conn: "Connection", tenant: str, namespace: str) -
         await _require(conn, "list_topics", security.can_list_namespace(identity.role, identity.original_principal,
                                                                         tenant, namespace),
                        f"list the topics of namespace {tenant}/{namespace}")
+
+
+def authorize_replicator_name(conn: "Connection", producer_name: str) -> None:
+    """A producer named as a geo-replicator (``pulsar.repl.<cluster>``) may publish markers and claims the origin
+    positions that make replication exactly-once, so with authentication on only a superuser role may take such
+    a name (the replicators' ``broker_client`` role is one): trust by role, not by name. Without authentication
+    (a development broker) the name alone decides, as before."""
+    security = conn.service.security
+    identity = conn.identity
+    if identity.role is None or not is_replicator(producer_name):
+        return
+    principal = identity.original_principal or identity.role
+    if not security.is_superuser(principal):
+        security.count_denial("produce")
+        raise NotAuthorizedError(f"{identity.describe()} may not create the replicator producer {producer_name!r}: "
+                                 f"only a superuser role replicates")

@@ -16,7 +16,7 @@ from magnetar.protocol import pb
 
 from ..policies.delayed_delivery import check_send as check_delivery_delay
 from ..errors import ChecksumMismatchError, MessageTooLargeError, NotAllowedError, ServiceNotReadyError, parse_topic
-from .auth import authorize_produce
+from .auth import authorize_produce, authorize_replicator_name
 from .producer import Producer
 from .schema_commands import producer_schema_version
 
@@ -55,6 +55,7 @@ async def handle_producer(conn: "Connection", frame: "Frame") -> None:
             await topic.ensure_subscription(cmd.initial_subscription_name)
         given = cmd.producer_name if cmd.HasField("producer_name") else ""
         name = given or conn.service.generate_producer_name()
+        authorize_replicator_name(conn, name)  # a replicator's name is trusted by role
         await topic.backlog_quota.check_producer(name)  # over a hold / exception quota: refused at once
         schema_version = await producer_schema_version(conn, topic, cmd, name)  # refused if incompatible
         user_provided = cmd.user_provided_producer_name if cmd.HasField("user_provided_producer_name") else bool(given)
