@@ -218,8 +218,7 @@ def warm_up(dep: Deployment, *, seconds: float, processes: int, size_bytes: int,
 def measure_produce(dep: Deployment, *, seconds: float, rate: float, rounds: int, processes: int,
                     size_bytes: int, client: str) -> dict[str, dict[str, Any]]:
     """Every route once per round, interleaved (direct, proxy, direct, proxy, ...) so that a change in the
-    machine's load falls on all of them; per route, the round with the median msg/s (as fast as possible) or the
-    median p99 (at a fixed rate), its other rounds under ``rounds``."""
+    machine's load falls on all of them; per route, the median of each figure over its rounds."""
     runs: dict[str, list[dict[str, Any]]] = {r.name: [] for r in dep.routes}
     what = "as fast as possible" if rate <= 0 else f"at {rate:,.0f} msg/s"
     for n in range(rounds):
@@ -227,16 +226,33 @@ def measure_produce(dep: Deployment, *, seconds: float, rate: float, rounds: int
             _say(f"-- produce {what} for {seconds:g} s, round {n + 1}/{rounds}: {route.name} ({route.url})")
             runs[route.name].append(perf_produce(dep, route, seconds=seconds, rate=rate, processes=processes,
                                                  size_bytes=size_bytes, client=client))
-    results = {}
-    for name, done in runs.items():
-        good = [r for r in done if "error" not in r]
-        if not good:
-            results[name] = done[-1]
-            continue
-        key = (lambda r: r["msg_per_s"]) if rate <= 0 else (lambda r: r["latency_ms"].get("p99", 0.0))
-        good.sort(key=key)
-        results[name] = {**good[(len(good) - 1) // 2], "rounds": done}
-    return results
+    return {name: median_of_rounds(done) for name, done in runs.items()}
+
+
+def median_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """msg/s, MB/s, each latency percentile and the proxy's CPU per message: the median over the rounds
+    (each figure on its own); messages and errors added up; the rounds themselves under ``rounds``. A
+    failed round makes the whole an error."""
+    failed = [r["error"] for r in rounds if "error" in r]
+    if failed:
+        return {"error": failed[0], "rounds": rounds}
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    keys = set.intersection(*(set(r["latency_ms"]) for r in rounds))
+    return {
+        "msg_per_s": median([r["msg_per_s"] for r in rounds]),
+        "mb_per_s": median([r["mb_per_s"] for r in rounds]),
+        "latency_ms": {k: median([r["latency_ms"][k] for r in rounds]) for k in sorted(keys)},
+        "proxy_cpu_us_per_msg": median([r["proxy_cpu_s"] * 1e6 / r["messages"] if r["messages"] else 0.0
+                                        for r in rounds]),
+        "messages": sum(r["messages"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "rounds": rounds,
+    }
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -276,8 +292,7 @@ def _produce_rows(table: Table, dep: Deployment, results: dict[str, dict[str, An
         for name, err in bad.items():
             table.add(f"{title} {name}: error", err)
         return
-    cpu = [f"{results[n]['proxy_cpu_s'] * 1e6 / results[n]['messages']:.1f}" if results[n]["messages"] else "-"
-           for n in names]
+    cpu = [f"{results[n]['proxy_cpu_us_per_msg']:.1f}" for n in names]
     if not fixed_rate:
         ratio = proxy["msg_per_s"] / base["msg_per_s"] * 100 if base["msg_per_s"] else 0.0
         table.add("published msg/s, max rate", *[f"{results[n]['msg_per_s']:,.0f}" for n in names],
@@ -315,7 +330,7 @@ def render(dep: Deployment, figures: dict[str, Any], args: argparse.Namespace) -
         table.add("  proxy RSS after closing them", *cells, _mib(m["rss_after_close_bytes"]))
         table.add("  opened in / failed attempts", *cells, f"{m['open_s']:.1f} s / {m['failures']}")
     auth = "token auth" if dep.token else "no auth"
-    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
+    rounds = f", medians of {args.rounds} rounds" if args.rounds > 1 else ""
     generator = "pulsar-client batching" if args.client == "pulsar" else "magnetar pre-built batches"
     head = (f"== proxy bench: {args.size} B messages, {generator}, {args.processes} process(es), "
             f"{args.seconds:g} s per run{rounds}, {auth}; load average {figures['load_before']} -> "
@@ -337,7 +352,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0, help="each produce run (default 10)")
     parser.add_argument("--rate", type=float, default=10_000.0, help="msg/s of the latency runs (default 10,000)")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="produce runs per route, interleaved; the median one is shown (default 1)")
+                        help="produce runs per route, interleaved; each figure's median is shown (default 1)")
     parser.add_argument("--warmup-seconds", type=float, default=3.0,
                         help="an unmeasured produce run per route first (0: none; default 3)")
     parser.add_argument("--size", type=int, default=1024, help="message size in bytes (default 1 KiB)")
