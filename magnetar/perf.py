@@ -19,6 +19,9 @@ worker reports each second; the parent prints one line per ``--interval`` and a 
 The workers (:mod:`magnetar.perf_worker`) run the workloads; this module splits the work between them,
 adds their reports up and prints.
 
+``pulsar+ssl://`` URLs take ``--tls-trust-certs-file`` and ``--tls-validate-hostname``; brokers or proxies with
+token authentication take ``--auth-token`` (or ``$MAGNETAR_AUTH_TOKEN``, which keeps it off the command line).
+
 Only typer and the standard library are imported at module level: ``magnetar --help`` must stay fast.
 """
 
@@ -270,6 +273,14 @@ def produce(
     interval: float = typer.Option(5.0, "--interval", help="Seconds between progress lines."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
     pin: bool = typer.Option(True, "--pin/--no-pin", help="Pin each pulsar-client worker to one CPU."),
+    tls_trust_certs_file: str = typer.Option(
+        "", "--tls-trust-certs-file", envvar="MAGNETAR_TLS_TRUST_CERTS_FILE",
+        help="pulsar+ssl://: the CA certificates (PEM) the server's certificate chains to (default: the system's)."),
+    tls_validate_hostname: bool = typer.Option(
+        False, "--tls-validate-hostname/--no-tls-validate-hostname",
+        help="pulsar+ssl://: the server's certificate must name the host of the URL."),
+    auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN",
+                                   help="A JWT to authenticate with (token authentication)."),
 ) -> None:
     """Publish as fast as allowed; report msg/s, MB/s and send-to-receipt latency."""
     client = _check_client(client)
@@ -280,6 +291,7 @@ def produce(
         client=client, rate=rate, size_bytes=size, batching=batching,
         batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes, batch_delay_ms=batch_delay_ms,
         max_pending_messages=max_pending, partitions=partitions, duration_s=duration, pin=pin,
+        tls_trust_certs_file=tls_trust_certs_file, tls_validate_hostname=tls_validate_hostname, auth_token=auth_token,
     )
     _run(spec, processes, interval, json_path)
 
@@ -300,6 +312,14 @@ def consume(
     interval: float = typer.Option(5.0, "--interval", help="Seconds between progress lines."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Also write the summary as JSON here."),
     pin: bool = typer.Option(True, "--pin/--no-pin", help="Pin each pulsar-client worker to one CPU."),
+    tls_trust_certs_file: str = typer.Option(
+        "", "--tls-trust-certs-file", envvar="MAGNETAR_TLS_TRUST_CERTS_FILE",
+        help="pulsar+ssl://: the CA certificates (PEM) the server's certificate chains to (default: the system's)."),
+    tls_validate_hostname: bool = typer.Option(
+        False, "--tls-validate-hostname/--no-tls-validate-hostname",
+        help="pulsar+ssl://: the server's certificate must name the host of the URL."),
+    auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN",
+                                   help="A JWT to authenticate with (token authentication)."),
 ) -> None:
     """Receive and acknowledge; report msg/s, MB/s and publish-to-receive latency."""
     if subscription_type not in _SUB_TYPES:
@@ -313,6 +333,7 @@ def consume(
         mode="consume", service_url=service_url, topics=names, client=_check_client(client),
         partitions=partitions, duration_s=duration, subscription=subscription, subscription_type=subscription_type,
         initial_position=initial_position, receiver_queue_size=receiver_queue_size, pin=pin,
+        tls_trust_certs_file=tls_trust_certs_file, tls_validate_hostname=tls_validate_hostname, auth_token=auth_token,
     )
     _run(spec, processes, interval, json_path)
 

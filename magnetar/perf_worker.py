@@ -49,6 +49,9 @@ class PerfSpec:
     worker: int = 0
     workers: int = 1
     pin: bool = True  # pulsar-client workers: each on one CPU (see pin_worker)
+    tls_trust_certs_file: str = ""  # pulsar+ssl://: the CA the server's certificate chains to ("": the system's)
+    tls_validate_hostname: bool = False  # pulsar+ssl://: the certificate must name the host connected to
+    auth_token: str = ""  # a JWT sent in CONNECT (AuthenticationToken); "": no credentials
 
 
 @dataclass
@@ -182,7 +185,22 @@ def _pulsar_client(spec: PerfSpec):
     # The C++ core's own console logger: a Python ``logging.Logger`` here was handed every DEBUG line (one
     # per received message from a multi-topic consumer), each crossing into Python: 5x fewer msg/s consumed.
     return pulsar.Client(spec.service_url, io_threads=max(1, len(spec.topics) // 4 or 1),
-                         operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+                         operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+                         authentication=pulsar.AuthenticationToken(spec.auth_token) if spec.auth_token else None,
+                         tls_trust_certs_file_path=spec.tls_trust_certs_file or None,
+                         tls_validate_hostname=spec.tls_validate_hostname)
+
+
+def _magnetar_client(spec: PerfSpec):
+    from magnetar.auth.tls import TlsSettings, client_context
+    from magnetar.protocol.client import Auth, Client
+
+    ssl_context = None
+    if spec.service_url.startswith("pulsar+ssl://"):
+        ssl_context = client_context(TlsSettings(trust_certs_file=spec.tls_trust_certs_file),
+                                     verify_hostname=spec.tls_validate_hostname)
+    return Client(spec.service_url, ssl_context=ssl_context,
+                  auth=Auth.token(spec.auth_token) if spec.auth_token else None)
 
 
 def _check_partitions(spec: PerfSpec, topic: str, found: int) -> str:
@@ -292,7 +310,6 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
     import asyncio
 
     from magnetar.protocol import encode_single_message, pb
-    from magnetar.protocol.client import Client
 
     payload = _payload(spec.size_bytes)
     if spec.batching:
@@ -302,7 +319,7 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
     else:
         item, per_batch, bodies = payload, 1, {1: payload}
     max_pending_sends = max(2, spec.max_pending_messages // per_batch)
-    async with Client(spec.service_url) as client:
+    async with _magnetar_client(spec) as client:
         producers = []
         for topic in spec.topics:
             note = _check_partitions(spec, topic, await client.get_partitions(topic))
@@ -359,12 +376,12 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
 async def _consume_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
     import asyncio
 
-    from magnetar.protocol.client import Client, InitialPosition, SubscriptionType
+    from magnetar.protocol.client import InitialPosition, SubscriptionType
 
     sub_type = SubscriptionType[spec.subscription_type.upper()]
     position = InitialPosition.EARLIEST if spec.initial_position == "earliest" else InitialPosition.LATEST
     cumulative = sub_type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
-    async with Client(spec.service_url) as client:
+    async with _magnetar_client(spec) as client:
         consumers = []
         for topic in spec.topics:
             for name in await client.get_partitioned_topic_names(topic):
