@@ -304,8 +304,10 @@ def authorize_replicator_name(conn: "Connection", producer_name: str) -> None:
     a name (the replicators' ``broker_client`` role is one): trust by role, not by name. Without authentication
     (a development broker) the name alone decides, as before."""
     security = conn.service.security
+    if security.authentication is None or not is_replicator(producer_name):
+        return
     identity = conn.identity
-    if identity.role is None or not is_replicator(producer_name):
+    if identity.role is None:
         return
     principal = identity.original_principal or identity.role
     if not security.is_superuser(principal):
