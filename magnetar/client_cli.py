@@ -2,7 +2,10 @@
 as ``pulsar-client produce|consume`` does, printing what went and came.
 
 SERVICE_URL is ``pulsar://host:port`` (binary lookup) or ``http://host:port`` (HTTP lookup); both work
-against any broker of a region. pulsar-client is imported only when these commands run.
+against any broker of a region. Through a region's proxy (or a broker's TLS port) it is ``pulsar+ssl://host:port``
+with ``--tls-trust-certs-file`` (the server certificate is verified, host name included) and, where
+authentication is on, ``--auth-token`` (or ``$MAGNETAR_AUTH_TOKEN``, which keeps it off the command line).
+pulsar-client is imported only when these commands run.
 """
 
 from __future__ import annotations
@@ -15,14 +18,22 @@ import typer
 _TYPES = ("exclusive", "shared", "failover", "key_shared")
 
 
-def _client(service_url: str, timeout_s: float):
+_TRUST_HELP = "pulsar+ssl://: the CA certificate (PEM) the server's certificate chains to; its host name is checked."
+_TOKEN_HELP = "A token (JWT) to authenticate with (pulsar-client's AuthenticationToken)."
+
+
+def _client(service_url: str, timeout_s: float, *, tls_trust_certs_file: str = "", auth_token: str = ""):
     import pulsar
 
     try:
         logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
     except AttributeError:  # older pulsar-client: its default logger
         logger = None
-    return pulsar.Client(service_url, operation_timeout_seconds=max(1, int(timeout_s)), logger=logger)
+    tls = {"tls_trust_certs_file_path": tls_trust_certs_file, "tls_validate_hostname": True} \
+        if tls_trust_certs_file else {}
+    return pulsar.Client(service_url, operation_timeout_seconds=max(1, int(timeout_s)), logger=logger,
+                         authentication=pulsar.AuthenticationToken(auth_token.strip()) if auth_token else None,
+                         **tls)
 
 
 def _fail(message: str) -> None:
@@ -37,11 +48,14 @@ def produce(
     count: int = typer.Option(1, "-n", "--num-produce", min=1, help="How many times to send each message."),
     key: Optional[str] = typer.Option(None, "-k", "--key", help="Partition/ordering key of every message."),
     timeout_s: float = typer.Option(30.0, "--timeout", min=1, help="Seconds to connect and to send each message."),
+    tls_trust_certs_file: str = typer.Option("", "--tls-trust-certs-file", envvar="MAGNETAR_TLS_TRUST_CERTS_FILE",
+                                             help=_TRUST_HELP),
+    auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN", help=_TOKEN_HELP),
 ) -> None:
     """Send messages to a topic; prints each message id."""
     import pulsar
 
-    client = _client(service_url, timeout_s)
+    client = _client(service_url, timeout_s, tls_trust_certs_file=tls_trust_certs_file, auth_token=auth_token)
     try:
         try:
             producer = client.create_producer(topic, send_timeout_millis=int(timeout_s * 1000))
@@ -72,6 +86,9 @@ def consume(
     position: str = typer.Option("earliest", "-p", "--subscription-position",
                                  help="Where a new subscription starts: earliest or latest."),
     timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="Give up after this many seconds."),
+    tls_trust_certs_file: str = typer.Option("", "--tls-trust-certs-file", envvar="MAGNETAR_TLS_TRUST_CERTS_FILE",
+                                             help=_TRUST_HELP),
+    auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN", help=_TOKEN_HELP),
 ) -> None:
     """Receive (and acknowledge) messages; prints each one. Exits 1 if fewer than N arrived in time."""
     import pulsar
@@ -84,7 +101,7 @@ def consume(
     consumer_type = {"exclusive": pulsar.ConsumerType.Exclusive, "shared": pulsar.ConsumerType.Shared,
                      "failover": pulsar.ConsumerType.Failover, "key_shared": pulsar.ConsumerType.KeyShared}[kind]
     initial = pulsar.InitialPosition.Earliest if position.lower() == "earliest" else pulsar.InitialPosition.Latest
-    client = _client(service_url, timeout_s)
+    client = _client(service_url, timeout_s, tls_trust_certs_file=tls_trust_certs_file, auth_token=auth_token)
     received = 0
     try:
         try:

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import random
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 
@@ -148,6 +151,28 @@ def test_mtls_and_token_clients_over_tls_and_plain_produce_and_consume(broker, p
         for client in clients:
             client.close()
     assert failures(broker, "no_credentials") == 0
+
+
+def test_magnetar_produce_and_consume_over_tls_with_a_token(broker, pki, secret) -> None:
+    directory, _ = pki
+    topic = topic_name("cli")
+    url = f"pulsar+ssl://localhost:{broker.service.tls_port}"
+    env = {**os.environ, "MAGNETAR_AUTH_TOKEN": token_for(secret, "app")}  # the token kept off the command line
+    trust = ["--tls-trust-certs-file", str(directory / "ca.cert.pem"), "--timeout", "15"]
+
+    def cli(*args: str, environ=env) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "magnetar", *args], capture_output=True, text=True, env=environ,
+                              timeout=120)
+
+    sent = cli("produce", url, topic, "-m", "over-tls", "-n", "2", *trust)
+    assert sent.returncode == 0 and "2 message(s) sent" in sent.stdout, sent.stderr
+    got = cli("consume", url, topic, "-s", "cli", "-n", "2", *trust)
+    assert got.returncode == 0 and got.stdout.count("received 'over-tls'") == 2, got.stderr
+    no_token = {k: v for k, v in os.environ.items() if k != "MAGNETAR_AUTH_TOKEN"}
+    refused = cli("produce", url, topic, "-m", "anonymous", "--tls-trust-certs-file", str(directory / "ca.cert.pem"),
+                  "--timeout", "2", environ=no_token)
+    assert refused.returncode == 1 and "cannot create a producer" in refused.stderr
+    assert failures(broker, "no_credentials") >= 1
 
 
 def test_lookups_answer_the_tls_url(broker, pki, secret) -> None:
