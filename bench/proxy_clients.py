@@ -251,8 +251,8 @@ async def measure_idle_memory(target: ProxyTarget, *, count: int, concurrency: i
             progress.cancel()
             await asyncio.gather(progress, return_exceptions=True)
         opened_s = loop.time() - started
-        await asyncio.sleep(1.0)  # let the proxy finish what the last handshakes left queued (timers, buffers)
         still_open = sum(1 for c in conns if not c.closed.done())
+        await _wait_active_at_least(target, still_open)  # the proxy has counted every connection still open
         active = target.active_connections()
         with_idle = rss_bytes(pid)
     finally:
@@ -272,6 +272,15 @@ async def _report_progress(conns: list, count: int) -> None:
     while True:
         await asyncio.sleep(5.0)
         _say(f"   {len(conns):,} / {count:,} connections open")
+
+
+async def _wait_active_at_least(target: ProxyTarget, count: int, *, timeout_s: float = 30.0) -> None:
+    """Until the proxy counts at least ``count`` open connections (it has finished every handshake), or ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if target.active_connections() >= count:
+            return
+        await asyncio.sleep(0.2)
 
 
 async def _wait_active_below(target: ProxyTarget, limit: int, *, timeout_s: float = 30.0) -> None:

@@ -405,12 +405,16 @@ def test_a_callable_token_is_refreshed_on_a_live_connection(broker, pki, secret)
         producer = client.create_producer(topic)
         consumer = client.subscribe(topic, "s")
         created = broker.call(broker.service.connection_counts)["created"]
-        deadline = time.monotonic() + 8  # past two expiries of the first token
         sent = 0
-        while time.monotonic() < deadline:
+
+        def publish_until_refreshed_twice() -> bool:
+            """One message per poll, so traffic flows while the broker challenges and the client refreshes."""
+            nonlocal sent
             producer.send(f"m-{sent}".encode())
             sent += 1
-            time.sleep(0.1)
+            return len(issued) >= 3  # CONNECT and two AUTH_RESPONSEs: past two expiries of the first token
+
+        wait_for(publish_until_refreshed_twice, 20, interval_s=0.1, what="two token refreshes on the live connection")
         for i in range(sent):
             msg = consumer.receive(5000)
             assert msg.data() == f"m-{i}".encode()
