@@ -63,13 +63,3 @@ def subscribe_request(cmd: pb.CommandSubscribe, consumer_name: str) -> Subscribe
         consumer_epoch=cmd.consumer_epoch if cmd.HasField("consumer_epoch") else None,
         metadata={kv.key: kv.value for kv in cmd.metadata},
     )
-
-
-def message_id_data(ledger_id: int, entry_id: int, *, partition: int = -1, batch_index: int = -1) -> pb.MessageIdData:
-    """A MessageIdData from signed ids (negative values as uint64)."""
-    mid = pb.MessageIdData(ledgerId=ledger_id % _U64, entryId=entry_id % _U64)
-    if partition != -1:
-        mid.partition = partition
-    if batch_index != -1:
-        mid.batch_index = batch_index
-    return mid

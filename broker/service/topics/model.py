@@ -48,6 +48,9 @@ class KeySharedSpec:
     allow_out_of_order: bool = False
 
 
+LATEST_ID = (1 << 63) - 1  # the ledger and entry id of MessageId.latest, as clients send it (signed)
+
+
 @dataclass(frozen=True)
 class StartMessageId:
     """A reader's start id as the client sent it (signed ledger and entry ids; ``(-1, -1)`` is the earliest,

@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.service.topics.subscription")
 
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
 
 
 

@@ -17,6 +17,7 @@ from . import dedup as dedup_mod
 from .common import TopicState
 from .compaction.logic import COMPACTION_CURSOR
 from .entries import publish_time_of
+from .model import LATEST_ID
 from .replication import is_replication_cursor
 from .subscription import REPLICATED_PROPERTY, Subscription, ensure_found
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.service.topics.topic")
 
-_I64_MAX = (1 << 63) - 1
 RESERVED_SUBSCRIPTIONS = frozenset({dedup_mod.CURSOR_NAME, COMPACTION_CURSOR})
 
 
@@ -101,7 +101,7 @@ class TopicSubscriptions:
         """The cursor position a seek to message id (ledger, entry) resets to."""
         if ledger_id < 0:
             return self.ml.first_position()
-        if ledger_id == _I64_MAX:
+        if ledger_id == LATEST_ID:
             return self.ml.next_position(self.ml.last_confirmed_position)
         return Position(ledger_id, max(entry_id, 0))
 

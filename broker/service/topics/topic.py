@@ -46,7 +46,7 @@ from .replication import TopicReplication
 from .stats import ReplicationInboundStats, ReplicationStats, TopicStats
 from ..stats import RateMeter
 from .compaction.compactor import TopicCompaction
-from .model import SubscribeRequest, SubType
+from .model import LATEST_ID, SubscribeRequest, SubType
 from .subscription import REPLICATED_PROPERTY, Subscription
 from .subscription_admin import TopicSubscriptions, is_reserved_subscription
 from ..tasks import shielded
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.service.topics.topic")
 
-_I64_MAX = (1 << 63) - 1
 TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
 
 
@@ -354,7 +353,7 @@ class Topic(TopicSubscriptions, TopicCommon):
         start = request.start_message_id
         if start is not None:
             ledger, entry = start.ledger_id, start.entry_id
-            if ledger == _I64_MAX:
+            if ledger == LATEST_ID:
                 return self.ml.last_confirmed_position
             if ledger < 0:
                 return self.before_first()
