@@ -151,7 +151,7 @@ def _region_stats(admin: AdminClient, topic: str, subscription: str) -> dict[str
         "subscriptionBacklog": sub.get("msgBacklog"),
         "replication": {
             remote: {k: r.get(k) for k in ("replicationBacklog", "msgOutCounter", "connected",
-                                            "replicationDelayInSeconds")}
+                                            "replicationDelayInSeconds", "outboundConnection")}
             for remote, r in (st.get("replication") or {}).items()
         },
     }
@@ -336,6 +336,19 @@ def wait_drained(topo: dict[str, Any], topic: str, timeout_s: float = 30.0) -> t
     return Check("replication backlogs drained to 0", not pending, "; ".join(pending) or "in every region"), stats
 
 
+def replication_via_proxies(topo: dict[str, Any], stats: dict[str, Any]) -> Check:
+    """Each region's replicators reach every other region through that region's proxy, as any client from
+    outside does (the topic stats' ``outboundConnection`` names the proxy the connection goes through)."""
+    astray = []
+    for region, st in stats.items():
+        for remote, x in st["replication"].items():
+            proxy = topo["regions"][remote]["proxy"]["pulsar_ssl"]
+            if remote != region and not str(x.get("outboundConnection", "")).endswith(f"via {proxy}"):
+                astray.append(f"{region} -> {remote}: {x.get('outboundConnection') or 'not connected'}")
+    return Check("replication enters each region through its proxy", not astray,
+                 "; ".join(astray) or "every replicator connects via the remote region's pulsar+ssl:// proxy")
+
+
 # -------------------------------------------------------------------------------------- geo: the failover
 
 
@@ -491,6 +504,8 @@ def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 10
             checks += found
             drained, stats = wait_drained(topo, topic)
             checks.append(drained)
+            if all(a.through_proxy for a in accesses):
+                checks.append(replication_via_proxies(topo, stats))
         except Exception as exc:  # noqa: BLE001 - a failed check, with what happened
             checks.append(Check("exchange between the regions", False, f"{type(exc).__name__}: {exc}"))
         try:

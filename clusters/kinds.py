@@ -294,10 +294,22 @@ class BrokerKind(ProcessKind):
             "broker_client_auth_params": sec.token_file(security.REPLICATOR_ROLE).as_uri(),
             "broker_client_trust_certs_file": str(sec.ca_file),
             "broker_client_tls_enabled": True,
-            "cluster_service_url_tls": "https://" + ",".join(f"{i.host}:{i.ports['https']}" for i in brokers),
-            "cluster_broker_service_url_tls": "pulsar+ssl://" + ",".join(
-                f"{i.host}:{i.ports['pulsar_ssl']}" for i in brokers),
+            **self.cluster_tls_urls(inst.region, brokers, plan),
         }
+
+    @staticmethod
+    def cluster_tls_urls(region: Optional[str], brokers: list[Instance], plan: "Plan") -> dict[str, str]:
+        """The TLS URLs registered for the cluster in the global store, which other regions' replicators use:
+        the region's proxy when it has one (so replication enters a region as every client does, through its
+        gateway, authenticated with the replicator's role), else every broker of the region."""
+        proxies = [i for i in plan.instances if i.kind == "proxy" and i.region == region]
+        if proxies:
+            proxy = proxies[0]
+            return {"cluster_service_url_tls": f"https://{proxy.host}:{proxy.ports['https']}",
+                    "cluster_broker_service_url_tls": f"pulsar+ssl://{proxy.host}:{proxy.ports['pulsar_ssl']}"}
+        return {"cluster_service_url_tls": "https://" + ",".join(f"{i.host}:{i.ports['https']}" for i in brokers),
+                "cluster_broker_service_url_tls": "pulsar+ssl://" + ",".join(
+                    f"{i.host}:{i.ports['pulsar_ssl']}" for i in brokers)}
 
     def region_urls(self, region: Optional[str], plan: "Plan") -> dict[str, str]:
         """``cluster_service_url`` and ``cluster_broker_service_url``: every broker of ``region``, written as

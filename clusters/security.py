@@ -39,7 +39,7 @@ PROXY_ROLE = "proxy"
 REPLICATOR_ROLE = "replicator"
 APP_ROLE = "demo-app"
 ROLES = (ADMIN_ROLE, PROXY_ROLE, REPLICATOR_ROLE, APP_ROLE)
-SUPERUSER_ROLES = (ADMIN_ROLE,)  # at the proxies
+SUPERUSER_ROLES = (ADMIN_ROLE, REPLICATOR_ROLE)  # at the proxies (the replicator enters remote regions there)
 # At the brokers: the operator, and the deployment's own processes. A proxy role must also be allowed what it
 # does for a client (Pulsar authorizes both the proxy's role and the client's), and brokers' fan-out admin
 # calls and replicators act as the replicator role.

@@ -277,6 +277,11 @@ class Replicator:
         producer = self.producer
         return producer is not None and producer.state is HandlerState.READY
 
+    def _outbound_connection(self) -> str:
+        producer = self.producer
+        conn = producer.connection if producer is not None and producer.state is HandlerState.READY else None
+        return conn.target if conn is not None else ""
+
     def backlog(self) -> int:
         return self.cursor.backlog_entries() if self.cursor is not None else 0
 
@@ -303,5 +308,6 @@ class Replicator:
             connected=self.connected,
             replication_delay_s=round(self.delay_s(), 3),
             outbound_connected_since=self.connected_since or "",
+            outbound_connection=self._outbound_connection(),
             last_error=self.last_error,
         )

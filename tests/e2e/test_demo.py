@@ -42,7 +42,7 @@ def test_geo_demo_job_passes_every_check(local) -> None:
     names = {c["name"] for c in report["checks"]}
     assert {"every message arrived in every region exactly once", "each producer's order kept in every region",
             "replication backlogs drained to 0", "nothing skipped after the failover",
-            "demo-app granted produce and consume"} <= names
+            "demo-app granted produce and consume", "replication enters each region through its proxy"} <= names
     details = {c["name"]: c["detail"] for c in report["checks"]}
     for region in regions:  # what each proxy keeps out, each refusal counted by the proxy
         unauthenticated = details[f"a client without credentials is refused ({region} proxy)"]
@@ -66,6 +66,8 @@ def test_geo_demo_job_passes_every_check(local) -> None:
         assert stats["msgInCounter"] == 2_000 * len(regions)
         assert {r: (x["replicationBacklog"], x["connected"]) for r, x in stats["replication"].items()} == {
             r: (0, True) for r in regions if r != region}
+        for remote, x in stats["replication"].items():  # the replicators, too, went through the remote proxy
+            assert x["outboundConnection"].endswith(" via " + topo["regions"][remote]["proxy"]["pulsar_ssl"]), x
     fo = report["failover"]
     assert 0 < fo["resumed_at_seq"] <= fo["last_acked_seq"] + 1
     assert fo["received"] == fo["messages"] - fo["resumed_at_seq"]

@@ -99,8 +99,9 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local, monkeypatch)
         assert data["serviceUrl"] == "http://" + ",".join(b["http"].removeprefix("http://") for b in brokers)
         assert data["brokerServiceUrl"] == "pulsar://" + ",".join(
             b["pulsar"].removeprefix("pulsar://") for b in brokers)
-        assert data["brokerServiceUrlTls"] == "pulsar+ssl://" + ",".join(
-            b["pulsar_ssl"].removeprefix("pulsar+ssl://") for b in brokers)  # what replicators connect to
+        # What other regions' replicators connect to: the region's proxy, as every client from outside.
+        assert data["brokerServiceUrlTls"] == doc["regions"][region]["proxy"]["pulsar_ssl"]
+        assert data["serviceUrlTls"] == doc["regions"][region]["proxy"]["https"]
 
     # -- the admin CLI: replicate a namespace, override one topic, manage a cluster entry ---------------
     admin(east, "tenants", "create", "acme", "--allowed-clusters", "us-east,eu-west")

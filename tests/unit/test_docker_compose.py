@@ -181,8 +181,9 @@ def test_brokers_serve_tls_and_register_their_regions_tls_urls(name: str) -> Non
     assert (config.tls_port, config.web_tls_port) == (6651, 8443)
     listener_ports = {int(e.broker_service_url.rsplit(":", 1)[1]) for e in config.listeners if e.broker_service_url}
     assert config.tls_port not in listener_ports  # a listener's port on a local host is served too: no clash
-    assert config.cluster_broker_service_url_tls == "pulsar+ssl://" + ",".join(f"{p}:6651" for p in peers)
-    assert config.cluster_service_url_tls == "https://" + ",".join(f"{p}:8443" for p in peers)
+    assert peers  # other regions' replicators and admin calls come in through the region's proxy
+    assert config.cluster_broker_service_url_tls == f"pulsar+ssl://{region}-proxy:6651"
+    assert config.cluster_service_url_tls == f"https://{region}-proxy:8443"
     assert config.superuser_roles == security.BROKER_SUPERUSER_ROLES and config.proxy_roles == security.PROXY_ROLES
     assert config.broker_client_tls_enabled
 

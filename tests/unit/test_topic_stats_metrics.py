@@ -50,7 +50,8 @@ def persistent_topic_stats() -> TopicStats:
     west = ReplicationStats(
         outbound=ReplicatorStats(msg_rate_out=6.0, msg_throughput_out=600.0, msg_out_counter=60, bytes_out_counter=6000,
                                  replication_backlog=17, connected=True, replication_delay_s=1.5,
-                                 outbound_connected_since="2024-01-01T00:00:00Z"),
+                                 outbound_connected_since="2024-01-01T00:00:00Z",
+                                 outbound_connection="pulsar+ssl://b:6651 via pulsar+ssl://proxy:6651"),
         inbound=ReplicationInboundStats(msg_rate_in=3.0, msg_throughput_in=300.0, msg_in_counter=30))
     east = ReplicationStats(inbound=ReplicationInboundStats(msg_rate_in=1.0, msg_throughput_in=100.0, msg_in_counter=9))
     return TopicStats(
@@ -141,7 +142,7 @@ def test_replication_json_by_side() -> None:
     assert out["west"] == {  # both ways: the replicator's fields and the inbound rates
         "msgRateOut": 6.0, "msgThroughputOut": 600.0, "msgOutCounter": 60, "bytesOutCounter": 6000,
         "msgRateExpired": 0.0, "replicationBacklog": 17, "connected": True, "replicationDelayInSeconds": 1.5,
-        "outboundConnection": True, "outboundConnectedSince": "2024-01-01T00:00:00Z", "inboundConnection": True,
+        "outboundConnection": "pulsar+ssl://b:6651 via pulsar+ssl://proxy:6651", "outboundConnectedSince": "2024-01-01T00:00:00Z", "inboundConnection": True,
         "lastError": "", "msgRateIn": 3.0, "msgThroughputIn": 300.0, "msgInCounter": 30}
     assert out["east"] == {  # inbound only
         "msgRateOut": 0.0, "msgThroughputOut": 0.0, "replicationBacklog": 0, "connected": False,

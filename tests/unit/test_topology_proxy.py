@@ -127,7 +127,7 @@ def test_proxy_config_names_its_region_and_the_deployments_security_material(tmp
     assert config.tls_cert_file == str(sec.server.cert_file) and config.tls_trust_certs_file == str(sec.ca_file)
     assert config.authentication_enabled and config.authentication_providers == ("token", "tls")
     assert config.token_secret_key == sec.token_secret_key_file.as_uri()
-    assert config.authorization_enabled and config.superuser_roles == ("admin",)
+    assert config.authorization_enabled and config.superuser_roles == ("admin", "replicator")
     assert config.broker_client_auth_method == "token"
     assert config.broker_client_auth_params == sec.token_file("proxy").as_uri()
     assert config.tls_enabled_with_broker  # only the brokers' pulsar+ssl:// and https:// endpoints
@@ -153,9 +153,10 @@ def test_brokers_of_a_secured_topology_serve_tls_and_enforce_the_deployments_cre
     assert (config.broker_client_auth_method, config.broker_client_auth_params) == (
         "token", sec.token_file("replicator").as_uri())
     assert config.broker_client_tls_enabled and config.broker_client_trust_certs_file == str(sec.ca_file)
-    assert config.cluster_broker_service_url_tls == "pulsar+ssl://" + ",".join(
-        f"127.0.0.1:{i.ports['pulsar_ssl']}" for i in east)
-    assert config.cluster_service_url_tls == "https://" + ",".join(f"127.0.0.1:{i.ports['https']}" for i in east)
+    # Registered for other regions' replicators and admin calls: the region's proxy, not its brokers.
+    proxy = plan.one(region="us-east", slot="proxy")
+    assert config.cluster_broker_service_url_tls == f"pulsar+ssl://127.0.0.1:{proxy.ports['pulsar_ssl']}"
+    assert config.cluster_service_url_tls == f"https://127.0.0.1:{proxy.ports['https']}"
     assert plan.endpoints(east[1])["pulsar_ssl"] == f"pulsar+ssl://127.0.0.1:{east[1].ports['pulsar_ssl']}"
     assert plan.endpoints(east[1])["https"] == f"https://127.0.0.1:{east[1].ports['https']}"
     # Without a proxy, brokers stay as they were: plain ports only, no security keys.
@@ -184,7 +185,7 @@ def test_topology_document_names_the_security_files_and_each_proxy(tmp_path: pat
         {"name": i.name, "pid": None, "log": "x", "data_dir": "y"} for i in plan.instances]}
     doc = topology_document(plan, state)
     assert doc["security"]["ca_file"] == str(plan.security.ca_file)
-    assert doc["security"]["superuser_roles"] == ["admin"] and doc["security"]["proxy_roles"] == ["proxy"]
+    assert doc["security"]["superuser_roles"] == ["admin", "replicator"] and doc["security"]["proxy_roles"] == ["proxy"]
     assert doc["security"]["broker_superuser_roles"] == ["admin", "proxy", "replicator"]
     assert set(doc["security"]["roles"]) == {"admin", "proxy", "replicator", "demo-app"}
     assert doc["regions"]["eu-west"]["proxy"]["kind"] == "proxy"

@@ -323,6 +323,8 @@ class ReplicatorStats:
         connected: the replicator's producer is connected to the remote cluster.
         replication_delay_s: age of the oldest entry not yet replicated (0 when caught up).
         outbound_connected_since: when the producer connected (ISO-8601, UTC; "" while not connected).
+        outbound_connection: the remote broker the producer's connection reaches and the proxy it goes through
+            (``pulsar+ssl://broker:port via pulsar+ssl://proxy:port``; "" while not connected).
         last_error: why the last connection attempt failed ("" when it did not).
     """
 
@@ -335,6 +337,7 @@ class ReplicatorStats:
     connected: bool = False
     replication_delay_s: float = 0.0
     outbound_connected_since: str = ""
+    outbound_connection: str = ""
     last_error: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -347,7 +350,7 @@ class ReplicatorStats:
             "replicationBacklog": self.replication_backlog,
             "connected": self.connected,
             "replicationDelayInSeconds": self.replication_delay_s,
-            "outboundConnection": self.connected,
+            "outboundConnection": self.outbound_connection,
             "outboundConnectedSince": self.outbound_connected_since,
             "inboundConnection": False,
             "lastError": self.last_error,

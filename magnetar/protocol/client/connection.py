@@ -177,9 +177,9 @@ class Connection(FrameDispatcher):
             except BaseException as exc:
                 err: BaseException = exc
                 if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-                    err = ConnectError(f"connecting to {self._target()} timed out after {self.connect_timeout_s} s")
+                    err = ConnectError(f"connecting to {self.target} timed out after {self.connect_timeout_s} s")
                 elif isinstance(exc, ProtocolError):
-                    err = ConnectError(f"broker {self._target()} broke the protocol during the handshake: {exc}")
+                    err = ConnectError(f"broker {self.target} broke the protocol during the handshake: {exc}")
                 self._abort(err)
                 if err is exc:
                     raise
@@ -194,11 +194,14 @@ class Connection(FrameDispatcher):
             ]
             for task in self._tasks:
                 task.add_done_callback(self._task_done)
-            log.debug("[%s] connected to %s (server %s, protocol %d)", self.peer, self._target(), self.server_version,
+            log.debug("[%s] connected to %s (server %s, protocol %d)", self.peer, self.target, self.server_version,
                       self.server_protocol_version)
             return self
 
-    def _target(self) -> str:
+    @property
+    def target(self) -> str:
+        """The broker this connection reaches, and the proxy it goes through when it does: ``pulsar+ssl://b:1
+        via pulsar+ssl://proxy:2``."""
         return str(self.logical_url) if self.logical_url == self.url else f"{self.logical_url} via {self.url}"
 
     async def close(self) -> None:
@@ -232,7 +235,7 @@ class Connection(FrameDispatcher):
         exc = task.exception()
         if exc is not None:
             log.error("[%s] connection task %s died", self.peer, task.get_name(), exc_info=exc)
-            self._abort(ConnectionClosedError(f"connection to {self._target()} failed: {exc!r}"))
+            self._abort(ConnectionClosedError(f"connection to {self.target} failed: {exc!r}"))
 
     def _abort(self, exc: BaseException | None) -> None:
         """Closes everything at once (see the module docstring); safe to call from any callback or task."""
@@ -244,7 +247,7 @@ class Connection(FrameDispatcher):
         if self._writer is not None:
             self._writer.close()
         failure = exc if isinstance(exc, ClientError) else ConnectionClosedError(
-            f"connection to {self._target()} closed" + (f": {exc}" if exc else "")
+            f"connection to {self.target} closed" + (f": {exc}" if exc else "")
         )
         requests, self._requests = self._requests, {}
         for fut in requests.values():
@@ -271,7 +274,7 @@ class Connection(FrameDispatcher):
         self._closed.set()
         if was_ready:
             level = logging.DEBUG if exc is None else logging.INFO
-            log.log(level, "[%s] connection to %s closed%s", self.peer, self._target(), f": {exc}" if exc else "")
+            log.log(level, "[%s] connection to %s closed%s", self.peer, self.target, f": {exc}" if exc else "")
 
     # -- handshake -----------------------------------------------------------------------------------------
 
@@ -290,7 +293,7 @@ class Connection(FrameDispatcher):
                 return
             except OSError as exc:  # ssl.SSLError is an OSError too
                 errors.append(f"{host}:{port}: {exc}")
-        raise ConnectError(f"cannot connect to {self._target()}: {'; '.join(errors)}")
+        raise ConnectError(f"cannot connect to {self.target}: {'; '.join(errors)}")
 
     async def _open_and_handshake(self) -> list[Frame]:
         await self._open_socket()
@@ -312,7 +315,7 @@ class Connection(FrameDispatcher):
         while True:
             data = await self._reader.read(READ_SIZE_BYTES)
             if not data:
-                raise ConnectError(f"{self._target()} closed the connection during the CONNECT handshake")
+                raise ConnectError(f"{self.target} closed the connection during the CONNECT handshake")
             frames = self._decoder.feed(data)
             for index, frame in enumerate(frames):
                 cmd = frame.command
@@ -327,7 +330,7 @@ class Connection(FrameDispatcher):
                         )
                     return frames[index + 1 :]
                 if cmd.type == T.ERROR:
-                    raise error_from_server(cmd.error.error, cmd.error.message, context=f"CONNECT to {self._target()}")
+                    raise error_from_server(cmd.error.error, cmd.error.message, context=f"CONNECT to {self.target}")
                 if cmd.type == T.AUTH_CHALLENGE:
                     self._writer.write(encode_command(self._auth_response()))
                 elif cmd.type == T.PING:
@@ -386,7 +389,7 @@ class Connection(FrameDispatcher):
 
     def _check_usable(self) -> None:
         if self.state is not ConnectionState.READY:
-            raise ConnectionClosedError(f"connection to {self._target()} is {self.state.value}") from self.close_reason
+            raise ConnectionClosedError(f"connection to {self.target} is {self.state.value}") from self.close_reason
 
     def write(self, *buffers: bytes) -> None:
         """Queues encoded frames for the write loop (no await; see the module docstring).
@@ -425,7 +428,7 @@ class Connection(FrameDispatcher):
                 writer.writelines(out)
                 await writer.drain()
         except (ConnectionError, OSError) as exc:
-            self._abort(ConnectionClosedError(f"writing to {self._target()} failed: {exc}"))
+            self._abort(ConnectionClosedError(f"writing to {self.target} failed: {exc}"))
 
     # -- requests ------------------------------------------------------------------------------------------
 
@@ -458,7 +461,7 @@ class Connection(FrameDispatcher):
                 response = await asyncio.wait_for(fut, timeout)
             except (asyncio.TimeoutError, TimeoutError):
                 raise RequestTimeoutError(
-                    f"{name} (request {request_id}) to {self._target()}: no answer within {timeout} s"
+                    f"{name} (request {request_id}) to {self.target}: no answer within {timeout} s"
                 ) from None
         finally:
             self._requests.pop(request_id, None)
@@ -477,7 +480,7 @@ class Connection(FrameDispatcher):
             while True:
                 data = await reader.read(READ_SIZE_BYTES)
                 if not data:
-                    self._abort(ConnectionClosedError(f"{self._target()} closed the connection"))
+                    self._abort(ConnectionClosedError(f"{self.target} closed the connection"))
                     return
                 self._last_received_s = time.monotonic()
                 self._ping_outstanding = False
@@ -485,11 +488,11 @@ class Connection(FrameDispatcher):
                     frames = decoder.feed(data)
                 except ProtocolError as exc:
                     self._dispatch_all(list(exc.frames))
-                    self._abort(ConnectionClosedError(f"{self._target()} broke the protocol: {exc}"))
+                    self._abort(ConnectionClosedError(f"{self.target} broke the protocol: {exc}"))
                     return
                 self._dispatch_all(frames)
         except (ConnectionError, OSError) as exc:
-            self._abort(ConnectionClosedError(f"reading from {self._target()} failed: {exc}"))
+            self._abort(ConnectionClosedError(f"reading from {self.target} failed: {exc}"))
 
     def _dispatch_all(self, frames: list[Frame]) -> None:
         for frame in frames:
@@ -512,7 +515,7 @@ class Connection(FrameDispatcher):
                 continue
             if self._ping_outstanding:
                 self._abort(
-                    ConnectionClosedError(f"{self._target()} did not answer PING within {interval} s (keep-alive)")
+                    ConnectionClosedError(f"{self.target} did not answer PING within {interval} s (keep-alive)")
                 )
                 return
             self._ping_outstanding = True
