@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 DATA_DIR ?= .magnetar/demo
 PYTEST_ARGS ?=
 
-.PHONY: test demo install zookeeper down proto clean
+.PHONY: test demo install zookeeper prometheus down proto clean
 
-install: $(STAMP) zookeeper
+install: $(STAMP) zookeeper prometheus
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required" >&2; exit 1; }
@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 
 zookeeper:
 	@scripts/ensure-zookeeper
+
+prometheus:
+	@scripts/ensure-prometheus
 
 test: install
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
