@@ -151,7 +151,7 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     (:class:`magnetar.auth.settings.SecuritySettings`: ``tls_*``, the certificate and policy of both TLS ports;
     ``authentication_*``, ``authorization_enabled``, ``superuser_roles``, ``token_*``, who may connect and what a
     role may do; ``broker_client_*``, what this broker presents to other brokers and regions for its admin calls
-    and replicators) and ``proxy_roles``. See docs/security.md.
+    and replicators), ``proxy_roles`` and ``authenticate_original_auth_data``. See docs/security.md.
     """
 
     kind = "broker"  # names it in error messages (not a setting: no annotation)

@@ -50,9 +50,14 @@ class SecuritySettings(auth_settings.SecuritySettings):
 
     Attributes:
         proxy_roles: roles that may act for an original principal (Pulsar ``proxyRoles``).
+        authenticate_original_auth_data: when a proxy forwards its client's credentials (``original_auth_data``
+            and ``original_auth_method``: a proxy with ``forward_authorization_credentials``), authenticate them
+            too and require the role they prove to be the ``original_principal`` the proxy named (Pulsar
+            ``authenticateOriginalAuthData``). A CONNECT without them keeps the proxy's word, as Pulsar does.
     """
 
     proxy_roles: tuple[str, ...] = ()
+    authenticate_original_auth_data: bool = False
 
     def validate_authentication(self) -> None:
         super().validate_authentication()

@@ -82,7 +82,7 @@ class ServiceConfig:
         tls_ciphers: the TLS port's certificate and policy (files reloaded when they change).
         tls_handshake_timeout_s: a TLS client must finish its handshake within this long.
         authentication_enabled, authentication_providers, authorization_enabled, superuser_roles, proxy_roles,
-        token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: who may
+        authenticate_original_auth_data, token_secret_key, token_public_key, token_auth_claim, token_audience_claim, token_audience: who may
             connect and what it may do (``broker/security.py``; CONNECT and the commands: ``session/auth.py``).
         authentication_refresh_check_s: how often connections' credentials are checked (AUTH_CHALLENGE before
             they expire; closed when they expired without a refresh).
@@ -147,6 +147,7 @@ class ServiceConfig:
     authorization_enabled: bool = False
     superuser_roles: tuple[str, ...] = ()
     proxy_roles: tuple[str, ...] = ()
+    authenticate_original_auth_data: bool = False
     token_secret_key: str = ""
     token_public_key: str = ""
     token_auth_claim: str = "sub"

@@ -41,6 +41,7 @@ from config_store import permissions as grants
 from magnetar import net
 from magnetar.auth import certs, tokens
 from magnetar.protocol.client import Auth, Connection
+from magnetar.protocol.client.errors import AuthenticationError as ClientAuthenticationError
 from magnetar.protocol.client.errors import AuthorizationError as ClientAuthorizationError
 from magnetar.protocol.client.errors import ConnectionClosedError
 from tests.kit.broker_thread import BrokerThread, make_client
@@ -386,6 +387,54 @@ async def test_only_proxy_roles_may_name_an_original_principal(broker, secret) -
         await bare_proxy.start()
     await bare_proxy.close()
     assert broker.call(broker.service.security.denials, "original_principal") >= 2
+
+
+@pytest.fixture
+def strict_broker(pki, secret):
+    """A broker that authenticates the credentials a proxy forwards (``authenticate_original_auth_data``)."""
+    directory, _ = pki
+    config = ServiceConfig(
+        authentication_enabled=True, authentication_providers=("tls", "token"), authorization_enabled=True,
+        superuser_roles=("admin", "proxy"), proxy_roles=("proxy",), authenticate_original_auth_data=True,
+        token_secret_key="data:;base64," + base64.b64encode(secret).decode(), token_audience=AUDIENCE)
+    with BrokerThread(config=config, policies={NAMESPACE: Policies(auth_roles={"app": ["produce", "consume"]})}) as b:
+        yield b
+
+
+async def test_forwarded_client_credentials_must_prove_the_original_principal(strict_broker, secret) -> None:
+    from magnetar.protocol import pb
+
+    broker = strict_broker
+    lookup = pb.CommandLookupTopic(topic=topic_name(), authoritative=False)
+    proxy = Auth.token(token_for(secret, "proxy"))
+    honest = Connection(broker.url, auth=proxy, original_principal="app",
+                        original_auth=Auth.token(token_for(secret, "app")))
+    await honest.start()
+    try:
+        answer = (await honest.request(lookup)).lookupTopicResponse
+        assert answer.response != pb.CommandLookupTopicResponse.Failed, answer
+    finally:
+        await honest.close()
+
+    # A proxy (or a stolen proxy credential) naming one role while forwarding another's token, a forged token,
+    # an expired one: refused at CONNECT, counted.
+    before = failures(broker, "original_principal_mismatch")
+    mismatched = Connection(broker.url, auth=proxy, original_principal="admin",
+                            original_auth=Auth.token(token_for(secret, "app")))
+    with pytest.raises(ClientAuthenticationError, match="not the original principal 'admin'"):
+        await mismatched.start()
+    await mismatched.close()
+    assert failures(broker, "original_principal_mismatch") == before + 1
+    for bad in (token_for(b"another key" * 4, "app"), token_for(secret, "app", expires_s=-60)):
+        forged = Connection(broker.url, auth=proxy, original_principal="app", original_auth=Auth.token(bad))
+        with pytest.raises(ClientAuthenticationError, match="forwarded credentials of 'app'"):
+            await forged.start()
+        await forged.close()
+
+    # Nothing forwarded: the proxy's word is kept, as in Pulsar (its own lookups name the role only).
+    word_only = Connection(broker.url, auth=proxy, original_principal="app")
+    await word_only.start()
+    await word_only.close()
 
 
 # ------------------------------------------------------------------------------------------ expiring credentials

@@ -111,6 +111,8 @@ def admit(conn: "Connection", cmd: pb.CommandConnect) -> bool:
         log.warning("%s: CONNECT refused: %s", conn.remote_address, message)
         _refuse(conn, ServerError.AuthorizationError, message)
         return False
+    if original and not _original_credentials_prove(conn, cmd, original):
+        return False
     identity.role, identity.original_principal = who.role, original
     identity.method, identity.expires_at_s = who.method, who.expires_at_s
     log.info("%s: authenticated %s using %s", conn.remote_address, identity.describe(), who.method)
@@ -129,6 +131,33 @@ def _authenticate(conn: "Connection", method: str, data: bytes, *, what: str) ->
         log.info("%s: %s refused (%s): %s", conn.remote_address, what, exc.reason, exc)
         _refuse(conn, ServerError.AuthenticationError, str(exc))
         return None
+
+
+def _original_credentials_prove(conn: "Connection", cmd: pb.CommandConnect, original: str) -> bool:
+    """With ``authenticate_original_auth_data``, the client credentials a proxy forwarded must prove the role the
+    proxy named as ``original_principal`` (Pulsar ``authenticateOriginalAuthData``): True when they do, or when
+    the setting is off or nothing was forwarded (the proxy's word is kept, as in Pulsar). A client certificate
+    cannot be forwarded (TLS ends at the proxy), so ``tls`` with no data is the proxy's word too. False: the
+    refusal is counted and written, and the connection is closing."""
+    security = conn.service.security
+    method = cmd.original_auth_method if cmd.HasField("original_auth_method") else ""
+    data = cmd.original_auth_data.encode() if cmd.HasField("original_auth_data") else b""
+    if not getattr(security.settings, "authenticate_original_auth_data", False) or not method or (method == "tls" and not data):
+        return True
+    try:
+        proved = security.authentication.authenticate(Credentials(method=method, data=data))
+    except AuthenticationError as exc:
+        security.count_failure(exc.reason)
+        log.info("%s: forwarded credentials of %r refused (%s): %s", conn.remote_address, original, exc.reason, exc)
+        _refuse(conn, ServerError.AuthenticationError, f"the forwarded credentials of {original!r}: {exc}")
+        return False
+    if proved.role != original:
+        security.count_failure("original_principal_mismatch")
+        message = f"the forwarded credentials prove role {proved.role!r}, not the original principal {original!r}"
+        log.warning("%s: CONNECT refused: %s", conn.remote_address, message)
+        _refuse(conn, ServerError.AuthenticationError, message)
+        return False
+    return True
 
 
 def _invalid_principal_message(security, role: str, original: Optional[str]) -> str:

@@ -52,10 +52,12 @@ def connect_command(
     protocol_version: int = PROTOCOL_VERSION,
     topic_watchers: bool = False,
     original_principal: str | None = None,
+    original_auth: tuple[str, bytes] | None = None,
 ) -> pb.BaseCommand:
     """CONNECT as pulsar-client sends it (feature flags: auth refresh, broker entry metadata), announcing topic-list
     watchers too when ``topic_watchers`` (as Pulsar's Java client does). A proxy names the role its client
-    authenticated as in ``original_principal`` (its own credentials being ``auth_*``)."""
+    authenticated as in ``original_principal`` (its own credentials being ``auth_*``) and may forward the
+    client's credentials, ``original_auth`` = (method, data)."""
     connect = pb.CommandConnect(
         client_version=client_version,
         protocol_version=protocol_version,
@@ -69,6 +71,9 @@ def connect_command(
         connect.proxy_to_broker_url = proxy_to_broker_url
     if original_principal:
         connect.original_principal = original_principal
+    if original_auth is not None:
+        connect.original_auth_method = original_auth[0]
+        connect.original_auth_data = original_auth[1].decode("utf-8", "replace")  # a string in Pulsar's proto
     return wrap(connect)
 
 

@@ -89,6 +89,8 @@ class Connection(FrameDispatcher):
             broker serves them is ``broker_supports_topic_watchers`` once connected.
         original_principal: sent in CONNECT by a proxy: the role of the client it acts for (``auth`` being
             the proxy's own credentials).
+        original_auth: the client's own credentials, forwarded with ``original_principal`` (a proxy with
+            ``forward_authorization_credentials``) as ``original_auth_method`` and ``original_auth_data``.
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class Connection(FrameDispatcher):
         protocol_version: int = PROTOCOL_VERSION,
         topic_watchers: bool = False,
         original_principal: str | None = None,
+        original_auth: Auth | None = None,
     ) -> None:
         self.url = parse_service_url(url)
         self.logical_url = parse_service_url(logical_url) if logical_url is not None else self.url
@@ -119,6 +122,7 @@ class Connection(FrameDispatcher):
         self.protocol_version = protocol_version
         self.topic_watchers = topic_watchers
         self.original_principal = original_principal
+        self.original_auth = original_auth
         self.broker_supports_topic_watchers = False
         self.state = ConnectionState.INIT
         self.server_version = ""
@@ -309,6 +313,8 @@ class Connection(FrameDispatcher):
                     protocol_version=self.protocol_version,
                     topic_watchers=self.topic_watchers,
                     original_principal=self.original_principal,
+                    original_auth=((self.original_auth.method_name, self.original_auth.get_data())
+                                   if self.original_auth else None),
                 )
             )
         )
