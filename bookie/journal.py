@@ -137,6 +137,9 @@ class JournalObserver:
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:
         pass
 
+    def on_sync_failed(self, seconds: float) -> None:
+        """A sync that raised, ``seconds`` after its first group started being written."""
+
 
 class Journal:
     """The group-committing journal of one bookie.
@@ -452,6 +455,10 @@ class Journal:
                     log.error("journal sync failed, refusing further writes: %s", err)
                     self._sync_error = error = err
                     self.failed = self.failed or err
+                    try:
+                        self.observer.on_sync_failed(time.perf_counter() - with_bytes[0].started)
+                    except Exception:
+                        log.exception("journal observer failed")
             if error is None:
                 try:
                     self.observer.on_sync(

@@ -56,11 +56,14 @@ class ReadResult(NamedTuple):
 class StorageObserver:
     """Metrics hooks an implementation calls (no-ops here; :class:`bookie.metrics.BookieMetrics` fills them).
 
-    ``on_sync`` runs on the journal's force thread (it is also the journal's observer), the others on the
-    event loop.
+    ``on_sync`` and ``on_sync_failed`` run on the journal's force thread (it is also the journal's observer),
+    the others on the event loop.
     """
 
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:
+        pass
+
+    def on_sync_failed(self, seconds: float) -> None:
         pass
 
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:

@@ -1,17 +1,26 @@
-"""The bookie's Prometheus series (``magnetar_bookie_*``), every one labelled with the ``bookie`` id.
+"""The bookie's Prometheus series: ``magnetar_bookie_*``, every one labelled with the ``bookie`` id, and the same
+measurements under BookKeeper's names (:mod:`bookie.bookkeeper_metrics`), so dashboards and alerts written for
+BookKeeper read a Magnetar bookie as they are.
 
 Hot-path cost is kept per request, not per entry: counters are incremented by the number of entries and
 bytes of a whole request; gauges that mirror state (queue depth, ledgers, read-only, entry logs) are
-computed only when scraped (``set_function``).
+computed only when scraped (``set_function``). Each latency is measured once, where the ``magnetar_bookie_*``
+histogram observes it, and that one value also feeds BookKeeper's operation statistics
+(:class:`bookie.opstats.OpStats`): :meth:`BookieMetrics.observe_add`, :meth:`BookieMetrics.observe_read` and
+the journal's :meth:`BookieMetrics.on_sync` / :meth:`BookieMetrics.on_sync_failed`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import pathlib
+from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .bookkeeper_metrics import BookKeeperCollector, BookieState
+from .errors import BookieError
 from .ledger_storage import StorageObserver
+from .opstats import OpStats
 
 _LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -22,7 +31,7 @@ _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 class BookieMetrics(StorageObserver):
     """All series of one bookie in ``registry``."""
 
-    def __init__(self, registry: CollectorRegistry, bookie_id: str) -> None:
+    def __init__(self, registry: CollectorRegistry, bookie_id: str, *, latency_window_s: float = 60.0) -> None:
         self.registry = registry
         labels = ["bookie"]
 
@@ -36,7 +45,10 @@ class BookieMetrics(StorageObserver):
             return Histogram(name, doc, labels, registry=registry, buckets=buckets).labels(bookie=bookie_id)
 
         self.add_entries = counter("magnetar_bookie_add_entries_total", "Entries acknowledged as stored.")
-        self.add_bytes = counter("magnetar_bookie_add_bytes_total", "Payload bytes acknowledged as stored.")
+        self._add_bytes_family = Counter(
+            "magnetar_bookie_add_bytes_total", "Payload bytes acknowledged as stored.", labels, registry=registry
+        )
+        self.add_bytes = self._add_bytes_family.labels(bookie=bookie_id)
         self.add_requests_failed = counter(
             "magnetar_bookie_add_requests_failed_total", "Add requests answered with a status other than OK."
         )
@@ -44,7 +56,10 @@ class BookieMetrics(StorageObserver):
             "magnetar_bookie_add_latency_seconds", "Add request receipt to acknowledgement.", _LATENCY_BUCKETS_S
         )
         self.read_entries = counter("magnetar_bookie_read_entries_total", "Entries returned by reads.")
-        self.read_bytes = counter("magnetar_bookie_read_bytes_total", "Payload bytes returned by reads.")
+        self._read_bytes_family = Counter(
+            "magnetar_bookie_read_bytes_total", "Payload bytes returned by reads.", labels, registry=registry
+        )
+        self.read_bytes = self._read_bytes_family.labels(bookie=bookie_id)
         self.read_latency = histogram(
             "magnetar_bookie_read_latency_seconds", "Read request receipt to last response.", _LATENCY_BUCKETS_S
         )
@@ -72,6 +87,12 @@ class BookieMetrics(StorageObserver):
         self.gc_reclaimed = counter(
             "magnetar_bookie_gc_reclaimed_bytes_total", "Entry-log bytes reclaimed by garbage collection."
         )
+        # BookKeeper's operation statistics, fed by the same measurements as the histograms above.
+        self.add_ops = OpStats(window_s=latency_window_s)
+        self.read_ops = OpStats(window_s=latency_window_s)
+        self.journal_sync_ops = OpStats(window_s=latency_window_s)
+        self._disk_used_fraction: Optional[float] = None
+        self._bookkeeper: Optional[BookKeeperCollector] = None
 
     def bind(
         self,
@@ -81,19 +102,62 @@ class BookieMetrics(StorageObserver):
         read_only: Callable[[], float],
         entry_logs: Callable[[], float],
         write_cache_bytes: Callable[[], float],
+        entries: Callable[[], float],
+        ledger_dir: pathlib.Path,
     ) -> None:
-        """Wires the state-mirroring gauges to the live objects (evaluated at scrape time)."""
+        """Wires the state-mirroring gauges to the live objects (evaluated at scrape time) and registers the
+        series under BookKeeper's names. Once only."""
+        if self._bookkeeper is not None:
+            raise BookieError("BookieMetrics.bind() was already called")
         self.journal_queue_depth.set_function(queue_depth)
         self.ledgers.set_function(ledgers)
         self.read_only.set_function(read_only)
         self.entry_logs.set_function(entry_logs)
         self.write_cache_bytes.set_function(write_cache_bytes)
+        self._bookkeeper = BookKeeperCollector(
+            BookieState(
+                read_only=lambda: bool(read_only()),
+                ledgers=ledgers,
+                entries=entries,
+                journal_queue=queue_depth,
+                write_cache_bytes=write_cache_bytes,
+                written_bytes=lambda: _counter_value(self._add_bytes_family),
+                read_bytes=lambda: _counter_value(self._read_bytes_family),
+                ledger_dir_used_fraction=lambda: self._disk_used_fraction,
+            ),
+            ledger_dir=ledger_dir, add_ops=self.add_ops, read_ops=self.read_ops, journal_sync_ops=self.journal_sync_ops,
+        )
+        self.registry.register(self._bookkeeper)
+
+    # -- measurements ----------------------------------------------------------------------------------
+
+    def observe_add(self, seconds: float, ok: bool) -> None:
+        """One add request answered, ``seconds`` after it was received; ``ok``: answered OK."""
+        self.add_latency.observe(seconds)
+        self.add_ops.record_seconds(seconds, ok)
+
+    def observe_read(self, seconds: float, ok: bool) -> None:
+        """One read request ended, ``seconds`` after it was received; ``ok``: served (the histogram has only
+        those)."""
+        if ok:
+            self.read_latency.observe(seconds)
+        self.read_ops.record_seconds(seconds, ok)
+
+    def on_disk_sample(self, free: int, total: int) -> None:
+        """A sample of the data directory's filesystem (the disk monitor's)."""
+        self.disk_free.set(free)
+        self.disk_total.set(total)
+        self._disk_used_fraction = (total - free) / total if total > 0 else 0.0
 
     # -- StorageObserver -------------------------------------------------------------------------------
 
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:
         self.journal_sync_latency.observe(seconds)
         self.journal_batch_entries.observe(entries)
+        self.journal_sync_ops.record_seconds(seconds, True)
+
+    def on_sync_failed(self, seconds: float) -> None:
+        self.journal_sync_ops.record_seconds(seconds, False)
 
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
         self.flush_latency.observe(seconds)
@@ -103,3 +167,12 @@ class BookieMetrics(StorageObserver):
 
     def on_corrupt_read(self) -> None:
         self.read_corrupt.inc()
+
+
+def _counter_value(family: Counter) -> float:
+    """The value of a counter with one child (its ``_total`` sample), through prometheus_client's public API."""
+    for metric in family.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                return sample.value
+    return 0.0

@@ -106,6 +106,8 @@ class BookieServer:
             read_only=lambda: 1 if storage.read_only else 0,
             entry_logs=lambda: storage.entry_log_count,
             write_cache_bytes=lambda: storage.cached_bytes,
+            entries=lambda: storage.entry_count,
+            ledger_dir=config.ledgers_dir,
         )
         self.service = BookieService(storage, self.metrics, bookie_id=self.bookie_id)
         self._server.add_generic_rpc_handlers((self.service.handler(),))
@@ -170,8 +172,7 @@ class BookieServer:
             await self._registration.set_read_only(read_only)
 
     def _on_disk_sample(self, free: int, total: int) -> None:
-        self.metrics.disk_free.set(free)
-        self.metrics.disk_total.set(total)
+        self.metrics.on_disk_sample(free, total)
 
     def _on_zk_session(self, session: str) -> None:
         self._zk_session = session

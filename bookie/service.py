@@ -160,7 +160,7 @@ class BookieService:
             response = bookie_pb2.AddResponse(
                 request_id=request_id, status=status, message=message, entry_status=entry_status
             )
-        metrics.add_latency.observe(time.perf_counter() - received)
+        metrics.observe_add(time.perf_counter() - received, status == 0)
         return response
 
     async def drain(self, *, timeout_s: float = 5.0) -> None:
@@ -226,6 +226,7 @@ class BookieService:
 
     async def read_entries(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         started = time.perf_counter()
+        served = False  # every entry answered OK or NO_SUCH_ENTRY (an answer, not a failure)
         try:
             request = _parse(bookie_pb2.ReadRequest, raw, "ReadRequest")
             ledger_id = request.ledger_id
@@ -252,6 +253,7 @@ class BookieService:
             if not ids:
                 ids = self._clamp_range(ledger_id, request.first_entry_id, request.last_entry_id)
             count = nbytes = 0
+            internal = False
             async for chunk in self.storage.read_entries(ledger_id, ids):
                 entries = []
                 for r in chunk:
@@ -262,10 +264,12 @@ class BookieService:
                     if r.status == 0:
                         count += 1
                         nbytes += len(r.payload)
+                    elif r.status == INTERNAL:
+                        internal = True
                 yield bookie_pb2.ReadResponse(ledger_id=ledger_id, entries=entries).SerializeToString()
             self.metrics.read_entries.inc(count)
             self.metrics.read_bytes.inc(nbytes)
-            self.metrics.read_latency.observe(time.perf_counter() - started)
+            served = not internal
         except grpc.aio.AbortError:
             raise
         except _Invalid as err:
@@ -278,6 +282,9 @@ class BookieService:
         except Exception as err:
             log.exception("read failed unexpectedly")
             await context.abort(grpc.StatusCode.INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}")
+        finally:
+            # Refused, failed, or abandoned by the client (the generator closed early) counts as failed.
+            self.metrics.observe_read(time.perf_counter() - started, served)
 
     def _clamp_range(self, ledger_id: int, first: int, last: int) -> range:
         """The ids a range read answers: the range, cut just past the highest entry this bookie holds.

@@ -100,6 +100,7 @@ class Storage(StorageFlush, LedgerStorage):
         self._room: Optional[asyncio.Event] = None
         self._tasks: list[asyncio.Task] = []
         self.entry_log_count = 0
+        self.entry_count = 0  # entries in the index (flushed); set by the storage thread after each commit
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -150,6 +151,7 @@ class Storage(StorageFlush, LedgerStorage):
             if self._cache.active_bytes >= self._flush_trigger:
                 self._flush_replayed(record.end)
         self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
+        self.entry_count = self.index.count_entries()
         log.info(
             "storage open: %d ledgers, %d journal records replayed from %s in %.2f s, %d bytes cached",
             self._live_ledgers, count, checkpoint, time.monotonic() - started, self._cache.active_bytes,

@@ -117,6 +117,7 @@ class StorageFlush:
                 usage[log_id][lid] = nbytes
         self._writer.sync()
         self.index.commit_flush(FlushBatch(locations, states, deletes, dict(usage), checkpoint))
+        self.entry_count = self.index.count_entries()  # an LMDB statistic: no walk of the entries
         self._committed_deleted.update(deletes)
         if checkpoint is not None:
             self._checkpoint = checkpoint

@@ -27,10 +27,14 @@ class CountingObserver(JournalObserver):
     def __init__(self) -> None:
         self.syncs = 0
         self.entries = 0
+        self.failed_syncs: list[float] = []
 
     def on_sync(self, seconds, entries, records, nbytes) -> None:
         self.syncs += 1
         self.entries += entries
+
+    def on_sync_failed(self, seconds) -> None:
+        self.failed_syncs.append(seconds)
 
 
 @pytest.fixture(params=[True, False], ids=["direct", "buffered"])
@@ -304,7 +308,8 @@ async def test_close_during_a_sync_waits_for_it_and_refuses_new_records(tmp_path
 async def test_a_failed_sync_fails_its_records_and_every_later_one(tmp_path, direct_io):
     sync = GatedSync(hold=1)
     sync.fail = OSError(errno.EIO, "injected sync failure")
-    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync)
+    observer = CountingObserver()
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync, observer=observer)
     try:
         first = journal.append(codec.RecordType.ADD, b"first", 1)
         await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
@@ -320,6 +325,9 @@ async def test_a_failed_sync_fails_its_records_and_every_later_one(tmp_path, dir
             future.result()
     assert isinstance(journal.failed, OSError)
     assert journal.state is JournalState.CLOSED
+    # The metrics see the failed sync (BookKeeper's JOURNAL_SYNC success="false"), and no successful one.
+    assert len(observer.failed_syncs) == 1 and observer.failed_syncs[0] >= 0
+    assert observer.syncs == 0
 
 
 async def test_a_new_file_takes_no_record_before_the_old_one_is_synced(tmp_path, direct_io):
