@@ -100,7 +100,7 @@ def draw_timeseries(path: pathlib.Path, panel: Panel, series: Sequence[Named], *
     _save(fig, path)
 
 
-def _stat_cell(fig: Figure, ax, panel: Panel, s: Named, value: float) -> None:
+def _stat_cell(fig: Figure, ax, panel: Panel, s: Named, value: float, *, named: bool) -> None:
     ax.set_axis_off()
     finite = [v for v in s.values if not math.isnan(v) and not math.isinf(v)]
     if len(finite) > 1 and panel.kind is PanelKind.STAT:  # the sparkline behind the number
@@ -124,7 +124,7 @@ def _stat_cell(fig: Figure, ax, panel: Panel, s: Named, value: float) -> None:
     else:
         ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=size, color=_VALUE_COLOUR, fontweight="bold",
                 transform=ax.transAxes)
-    if s.name:
+    if named and s.name:  # as Grafana's text mode "auto": a single value goes without its name
         ax.text(0.5, 0.02, _clip(s.name, 50), ha="center", va="bottom", fontsize=8, color=_MUTED,
                 transform=ax.transAxes)
 
@@ -140,7 +140,8 @@ def draw_stat(path: pathlib.Path, panel: Panel, series: Sequence[Named]) -> None
     if not cells:
         _no_data(fig, fig.add_subplot(1, 1, 1))
     for i, s in enumerate(cells):
-        _stat_cell(fig, fig.add_subplot(rows, columns, i + 1), panel, s, reduce_values(s.values, panel.reduce))
+        _stat_cell(fig, fig.add_subplot(rows, columns, i + 1), panel, s, reduce_values(s.values, panel.reduce),
+                   named=len(series) > 1)
     _save(fig, path)
 
 
@@ -170,11 +171,13 @@ def draw_table(path: pathlib.Path, panel: Panel, series: Sequence[Named]) -> Non
     table = ax.table(cellText=cells, colLabels=header, loc="upper center", cellLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    for (row, _), cell in table.get_celld().items():
+    for (row, column), cell in table.get_celld().items():
         cell.set_edgecolor("#d0d0d0")
         if row == 0:
             cell.set_facecolor("#f0f0f0")
             cell.set_text_props(fontweight="bold")
+        elif column == len(header) - 1:
+            cell.set_text_props(color=_VALUE_COLOUR, fontweight="bold")
     _save(fig, path)
 
 

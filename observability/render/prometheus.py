@@ -41,10 +41,13 @@ class PrometheusClient:
         self.timeout_s = timeout_s
 
     def _call(self, path: str, params: dict[str, str], *, expr: str = "") -> Any:
-        request = urllib.request.Request(
-            f"{self.url}{path}", data=urllib.parse.urlencode(params).encode(),
-            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
-        )
+        if params:
+            request = urllib.request.Request(
+                f"{self.url}{path}", data=urllib.parse.urlencode(params).encode(),
+                headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+            )
+        else:  # the status endpoints answer GET only
+            request = urllib.request.Request(f"{self.url}{path}", headers={"Accept": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 body = response.read()
