@@ -37,8 +37,7 @@ def render(
     timeout_s: float = typer.Option(30.0, "--timeout", min=1, help="Seconds per Prometheus request."),
 ) -> None:
     """Draw every panel of Grafana dashboards from live Prometheus data as PNG (matplotlib)."""
-    from observability.render import (PrometheusUnreachable, RenderError, RenderInputError, RenderOptions,
-                                      render_dashboards)
+    from observability.render import RenderError, RenderInputError, RenderOptions, render_dashboards
     from observability.render.model import parse_duration, parse_var_options
 
     try:
@@ -48,9 +47,7 @@ def render(
         report = render_dashboards(options, log=typer.echo)
     except RenderInputError as err:
         _error(str(err), 2)
-    except PrometheusUnreachable as err:
-        _error(str(err), 1)
-    except RenderError as err:
+    except RenderError as err:  # Prometheus unreachable
         _error(str(err), 1)
     except OSError as err:  # the output directory cannot be written
         _error(f"cannot write {out}: {err}", 2)

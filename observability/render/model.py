@@ -160,6 +160,9 @@ class PanelKind(enum.Enum):
     TABLE = "table"  # one row per series: its labels and its value
 
 
+# Panels whose queries are not PromQL (logs are LogQL) or that have no query at all.
+_NOT_DRAWN = {"row", "text", "news", "dashlist", "alertlist", "annolist", "logs", "nodeGraph", "welcome"}
+
 _KINDS = {"stat": PanelKind.STAT, "singlestat": PanelKind.STAT, "bargauge": PanelKind.STAT,
           "gauge": PanelKind.GAUGE, "table": PanelKind.TABLE, "table-old": PanelKind.TABLE}
 
@@ -255,8 +258,9 @@ def panels_of(dashboard: Mapping[str, Any]) -> tuple[list[Panel], list[Skipped]]
         targets = _targets(raw)
         if kind_name == "row":
             continue
-        if not targets:
-            skipped.append(Skipped(title, kind_name, "no PromQL query (targets[].expr)"))
+        if kind_name in _NOT_DRAWN or not targets:
+            reason = "not a Prometheus panel" if kind_name in _NOT_DRAWN else "no PromQL query (targets[].expr)"
+            skipped.append(Skipped(title, kind_name, reason))
             continue
         defaults = (raw.get("fieldConfig") or {}).get("defaults") or {}
         decimals = defaults.get("decimals", raw.get("decimals"))

@@ -63,7 +63,8 @@ class PrometheusClient:
         try:
             answer = json.loads(body)
         except ValueError:
-            raise PrometheusUnreachable(f"{self.url}{path} did not answer JSON (is this a Prometheus server?)") from None
+            raise PrometheusUnreachable(
+                f"{self.url}{path} did not answer JSON (is this a Prometheus server?)") from None
         if answer.get("status") != "success":
             raise QueryFailed(expr, str(answer.get("error") or answer))
         return answer.get("data")

@@ -23,7 +23,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import observability
 
 from .errors import QueryFailed, RenderInputError
-from .model import Panel, Skipped, check_resolution, format_duration, legend, panels_of, slug, substitute, variables_for
+from .model import (Panel, check_resolution, format_duration, legend, panels_of, slug, substitute,
+                    variables_for)
 from .prometheus import PrometheusClient
 
 DASHBOARDS_DIR = pathlib.Path(observability.__file__).resolve().parent / "grafana" / "dashboards"
@@ -95,8 +96,10 @@ def load_dashboard(path: pathlib.Path) -> dict[str, Any]:
     return data
 
 
-def _render_panel(client: PrometheusClient, panel: Panel, values: Mapping[str, str], *, directory: pathlib.Path,
-                  start_s: float, end_s: float, step_s: float, where: str) -> tuple[dict[str, Any], Optional[QueryFailed]]:
+def _render_panel(
+    client: PrometheusClient, panel: Panel, values: Mapping[str, str], *, directory: pathlib.Path, start_s: float,
+    end_s: float, step_s: float, where: str,
+) -> tuple[dict[str, Any], Optional[QueryFailed]]:
     from .draw import Named, draw, draw_error
 
     entry: dict[str, Any] = {"number": panel.number, "title": panel.title, "type": panel.type, "row": panel.row,

@@ -9,6 +9,7 @@ and ``none``. An id not known is shown after a ``short`` number, so nothing is h
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import NamedTuple, Optional
 
@@ -18,7 +19,7 @@ _SHORT = ("", " K", " Mil", " Bil", " Tri", " Quadr", " Quint")
 
 
 class _Unit(NamedTuple):
-    kind: str  # "si", "iec", "short", "time", "percent", "none"
+    kind: str  # "si", "iec", "short", "time", "percent", "datetime", "none"
     factor: float  # to the base unit (kbytes: 1024 bytes; ms: 0.001 s; percentunit: 100 %)
     suffix: str  # after the prefix: "B", "b/s", " req/s"
     label: str  # the axis label
@@ -44,6 +45,8 @@ _UNITS: dict[str, _Unit] = {
     "h": _Unit("time", 3600, "", "duration"), "d": _Unit("time", 86400, "", "duration"),
     "dtdurations": _Unit("time", 1, "", "duration"), "dtdurationms": _Unit("time", 1e-3, "", "duration"),
     "percent": _Unit("percent", 1, "%", "percent"), "percentunit": _Unit("percent", 100, "%", "percent"),
+    "sishort": _Unit("si", 1, "", ""), "locale": _Unit("none", 1, "", ""),
+    "dateTimeAsIso": _Unit("datetime", 1e-3, "", "time"), "dateTimeAsSystem": _Unit("datetime", 1e-3, "", "time"),
     "short": _Unit("short", 1, "", ""), "none": _Unit("none", 1, "", ""), "": _Unit("short", 1, "", ""),
 }
 for _id, _suffix, _label in (
@@ -108,6 +111,11 @@ def format_value(value: float, unit: str, *, decimals: Optional[int] = None) -> 
     value *= spec.factor
     if spec.kind == "time":
         return _duration(value, decimals)
+    if spec.kind == "datetime":  # milliseconds since the epoch, shown in UTC
+        try:
+            return datetime.datetime.fromtimestamp(value, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        except (OverflowError, OSError, ValueError):
+            return _digits(value, decimals)
     if spec.kind == "percent":
         return f"{_digits(value, decimals)}%"
     if spec.kind == "none":
@@ -115,6 +123,6 @@ def format_value(value: float, unit: str, *, decimals: Optional[int] = None) -> 
     if spec.kind in ("si", "iec"):
         number, prefix = _prefixed(value, 1000 if spec.kind == "si" else 1024, _SI if spec.kind == "si" else _IEC,
                                    decimals)
-        return f"{number}{prefix or ' '}{spec.suffix}"
+        return f"{number}{prefix or (' ' if spec.suffix else '')}{spec.suffix}"
     number, prefix = _prefixed(value, 1000, _SHORT, decimals)
     return f"{number}{prefix}{spec.suffix}"

@@ -30,7 +30,6 @@ from magnetar.cli import app
 from magnetar.net import free_port
 from observability import serve_metrics
 from tests.kit.process import ManagedProcess
-from tests.kit.wait import wait_for
 
 PROMETHEUS = pathlib.Path("/usr/bin/prometheus")
 FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "data" / "dashboards" / "render-fixture.json"

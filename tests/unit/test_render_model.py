@@ -135,6 +135,15 @@ def test_old_rows_layout_and_singlestat():
     assert (panel.kind, panel.unit, panel.reduce, panel.row) == (PanelKind.STAT, "percentunit", "avg", "R")
 
 
+def test_panels_without_promql_are_skipped():
+    dashboard = {"panels": [{"type": "logs", "title": "Logs", "targets": [{"expr": '{app="broker"}'}]},
+                            {"type": "text", "title": "Read me"}]}
+    panels, skipped = panels_of(dashboard)
+    assert panels == []
+    assert [(s.title, s.reason) for s in skipped] == [("Logs", "not a Prometheus panel"),
+                                                      ("Read me", "not a Prometheus panel")]
+
+
 def test_not_a_dashboard_is_refused():
     with pytest.raises(RenderInputError):
         panels_of([1, 2])

@@ -18,7 +18,8 @@ from observability.render.units import format_value, unit_label
     (50, "percent", "50%"), (0.123, "percentunit", "12.3%"),
     (12.5, "reqps", "12.5 req/s"), (3000, "ops", "3 K ops/s"), (2, "mps", "2 msg/s"),
     (1234567, "short", "1.23 Mil"), (999, "short", "999"), (0.000123, "short", "0.000123"), (-2500, "short", "-2.5 K"),
-    (1234567, "none", "1234567"), (5, "widgets", "5 widgets"), (7, "", "7"),
+    (1234567, "none", "1234567"), (1500, "sishort", "1.5 k"), (500, "sishort", "500"),
+    (1_700_000_000_000, "dateTimeAsIso", "2023-11-14 22:13:20"), (5, "widgets", "5 widgets"), (7, "", "7"),
 ])
 def test_format_value(value, unit, text):
     assert format_value(value, unit) == text
