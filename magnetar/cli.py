@@ -158,6 +158,7 @@ from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registratio
 from magnetar.auth.certs_cli import certs_app  # noqa: E402
 from magnetar.auth.tokens_cli import tokens_app  # noqa: E402
 from magnetar.client_cli import consume, produce  # noqa: E402
+from magnetar.dashboards_cli import dashboards_app  # noqa: E402
 from magnetar.perf import perf_app  # noqa: E402
 
 app.add_typer(admin_app, name="admin")
@@ -166,6 +167,7 @@ app.command()(consume)
 app.add_typer(perf_app, name="perf")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(certs_app, name="certs")
+app.add_typer(dashboards_app, name="dashboards")
 
 
 def main() -> None:
