@@ -51,9 +51,10 @@ def dashboard():
         timeseries("Open file descriptors", "File descriptors the server holds open.",
                    _per_server("open_file_descriptor_count")),
         timeseries("Client session events", "ZooKeeper sessions of Magnetar's processes expired, suspended "
-                   "(connection lost) or reconnected, per region, process kind and event.",
-                   Query(f"sum by (cluster, job, event) (increase(magnetar_zookeeper_session_events_total"
-                         f"{_SERVERS}{RATE}))", "{{cluster}} {{job}} {{event}}")),
+                   "(connection lost) or reconnected in the window, per region, process kind, store (the "
+                   "region's metadata store or the configuration store) and event.",
+                   Query(f"sum by (cluster, job, name, event) (increase(magnetar_zookeeper_session_events_total"
+                         f"{_SERVERS}{RATE}))", "{{cluster}} {{job}} {{name}} {{event}}")),
     ]
     return build_dashboard(uid=UID, title="Magnetar / ZooKeeper", tags=["zookeeper"], panels=panels,
                            description="ZooKeeper servers of every region and the global configuration store: "

@@ -154,7 +154,8 @@ def test_every_expression_selects_a_metric() -> None:
         assert generate.metric_names([expr]), f"{name}/{title}: no metric selected in {expr}"
     names = generate.metric_names([expr for _, _, expr in every_query()])
     for expected in ("pulsar_rate_in", "pulsar_replication_delay_in_seconds", "bookie_journal_JOURNAL_SYNC",
-                     "pulsar_proxy_active_connections", "znode_count", "pulsar_storage_write_latency_le_overflow"):
+                     "pulsar_proxy_active_connections", "znode_count", "pulsar_storage_write_latency_overflow",
+                     "pulsar_entry_size_le_overflow"):
         assert expected in names
 
 
