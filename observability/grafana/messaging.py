@@ -42,9 +42,9 @@ def dashboard():
         stat("Storage", "Bytes stored by the selected topics.", Query(f"sum(pulsar_storage_size{TOPICS})", "stored"),
              unit="bytes"),
         timeseries("Publish rate", "Messages per second published, per topic.",
-                   Query(f"{by_topic} (pulsar_rate_in{TOPICS})", "{{topic}}")),
+                   Query(f"{by_topic} (pulsar_rate_in{TOPICS})", "{{topic}}"), unit="mps"),
         timeseries("Dispatch rate", "Messages per second dispatched to consumers, per topic.",
-                   Query(f"{by_topic} (pulsar_rate_out{TOPICS})", "{{topic}}")),
+                   Query(f"{by_topic} (pulsar_rate_out{TOPICS})", "{{topic}}"), unit="mps"),
         timeseries("Publish throughput", "Bytes per second published, per topic.",
                    Query(f"{by_topic} (pulsar_throughput_in{TOPICS})", "{{topic}}"), unit="Bps"),
         timeseries("Dispatch throughput", "Bytes per second dispatched, per topic.",
@@ -52,7 +52,7 @@ def dashboard():
         timeseries("Messages published per namespace", "Messages per second, from the brokers' published "
                    "message counters.",
                    Query(f"sum by (cluster, namespace) (rate(pulsar_in_messages_total{TOPICS}{RATE}))",
-                         "{{cluster}} {{namespace}}")),
+                         "{{cluster}} {{namespace}}"), unit="mps"),
         timeseries("Bytes published per namespace", "Bytes per second, from the brokers' published byte counters.",
                    Query(f"sum by (cluster, namespace) (rate(pulsar_in_bytes_total{TOPICS}{RATE}))",
                          "{{cluster}} {{namespace}}"), unit="Bps"),
@@ -71,9 +71,10 @@ def dashboard():
         timeseries("Redelivery rate", "Messages per second redelivered (negative acknowledgements, timeouts, "
                    "consumers gone), per subscription.",
                    Query(f"{by_sub} (pulsar_subscription_msg_rate_redeliver{TOPICS})",
-                         "{{topic}} {{subscription}}")),
+                         "{{topic}} {{subscription}}"), unit="mps"),
         timeseries("Subscription dispatch rate", "Messages per second dispatched, per subscription.",
-                   Query(f"{by_sub} (pulsar_subscription_msg_rate_out{TOPICS})", "{{topic}} {{subscription}}")),
+                   Query(f"{by_sub} (pulsar_subscription_msg_rate_out{TOPICS})", "{{topic}} {{subscription}}"),
+                   unit="mps"),
         timeseries("Publish latency", "The brokers' publish latency quantiles (SEND arrival to entry stored), "
                    "the slowest broker of each region.",
                    *[Query(f'max by (cluster) (pulsar_broker_publish_latency{sel(CLUSTER, eq("quantile", q))})',
