@@ -2,11 +2,15 @@
 options parse and whose config file loads with the process's own loader, every mounted path exists, the
 services are exactly clusters/local.toml's processes (a proxy per region included) plus the one-shot service
 that makes the development credentials, brokers and proxies use those credentials as `magnetar up` wires
-them, and no host port is published twice."""
+them, and no host port is published twice. Beside them, `prometheus` scrapes every process that serves
+/metrics at the port and scheme its config gives (its scrape config passes `promtool check config`) and loads
+the alert rules, and `grafana` loads the provisioning and dashboards of observability/grafana/ as mounted."""
 
 from __future__ import annotations
 
 import pathlib
+import shutil
+import subprocess
 from typing import Any
 
 import pytest
@@ -23,7 +27,9 @@ from proxy.config import ProxyConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+ALL_SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+OBSERVABILITY = ("prometheus", "grafana")  # the services that are not Magnetar processes
+SERVICES = {name: service for name, service in ALL_SERVICES.items() if name not in OBSERVABILITY}
 LOCAL = topo.load(ROOT / "clusters" / "local.toml")
 CLI = typer.main.get_command(app)
 CREDENTIALS = "dev-credentials"  # the one-shot service that makes the CA, certificates and tokens
@@ -84,6 +90,7 @@ def test_services_are_exactly_the_local_topologys_processes() -> None:
     if LOCAL.secured:
         expected.add(CREDENTIALS)
     assert set(SERVICES) == expected
+    assert set(ALL_SERVICES) == expected | set(OBSERVABILITY)
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
@@ -190,7 +197,7 @@ def test_brokers_serve_tls_and_register_their_regions_tls_urls(name: str) -> Non
 
 def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
     declared = set(COMPOSE.get("volumes") or {})
-    for name, service in SERVICES.items():
+    for name, service in ALL_SERVICES.items():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             if source.startswith((".", "/")):
@@ -214,7 +221,7 @@ def test_dependencies_exist_and_start_in_the_supervisors_tier_order() -> None:
 
 def test_published_host_ports_are_unique() -> None:
     published = []
-    for service in SERVICES.values():
+    for service in ALL_SERVICES.values():
         for mapping in service.get("ports", []):
             parts = str(mapping).split(":")
             assert len(parts) == 2, f"publish as HOST:CONTAINER, got {mapping!r}"
@@ -234,3 +241,123 @@ def test_image_installs_every_room_the_processes_import() -> None:
         assert f"COPY {room} ./{room}" in dockerfile, f"the image lacks {room}/"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "tests" in ignored and ".venv" in ignored
+
+
+# -- prometheus and grafana --------------------------------------------------------------------------------------
+
+PROMETHEUS = ALL_SERVICES["prometheus"]
+GRAFANA = ALL_SERVICES["grafana"]
+JOBS = ("broker", "bookie", "proxy", "zookeeper")  # the scrape jobs, one per process kind, as `magnetar up` names them
+ZOOKEEPER_METRICS_PORT = 7000  # `magnetar zookeeper --metrics-port` (ZooKeeper's own default metrics port)
+GRAFANA_DIR = ROOT / "observability" / "grafana"
+
+
+def prometheus_flag(name: str) -> str:
+    """The value of ``--name=value`` in the prometheus service's command."""
+    values = [arg.split("=", 1)[1] for arg in PROMETHEUS["command"] if arg.startswith(f"--{name}=")]
+    assert len(values) == 1, f"prometheus's command sets --{name} {len(values)} times"
+    return values[0]
+
+
+def scrape_config() -> dict[str, Any]:
+    """The configuration file Prometheus loads, read through its bind mount."""
+    return yaml.safe_load(host_file(PROMETHEUS, pathlib.Path(prometheus_flag("config.file"))).read_text())
+
+
+def metrics_endpoint(name: str) -> tuple[str, str, str, str]:
+    """(job, scheme, host:port, cluster) where a Magnetar service serves /metrics, from its command and config."""
+    kind, _ = parse_command(SERVICES[name])
+    cluster = region_of(name) or "global"
+    if kind == "zookeeper":
+        return "zookeeper", "http", f"{name}:{ZOOKEEPER_METRICS_PORT}", cluster
+    config = config_of(name)
+    if kind == "proxy":  # /metrics on its web ports: HTTPS when it has one
+        scheme, port = ("https", config.web_tls_port) if config.web_tls_port else ("http", config.web_port)
+    else:  # brokers and bookies: their plain HTTP port
+        scheme, port = "http", config.http_port
+    assert port, f"{name} serves no /metrics"
+    return kind, scheme, f"{name}:{port}", cluster
+
+
+def scraped_endpoints() -> set[tuple[str, str, str, str]]:
+    found = set()
+    for job in scrape_config()["scrape_configs"]:
+        for group in job["static_configs"]:
+            for target in group["targets"]:
+                found.add((job["job_name"], job.get("scheme", "http"), target, group["labels"]["cluster"]))
+    return found
+
+
+def test_prometheus_loads_the_compose_scrape_config_and_the_alert_rules() -> None:
+    assert str(PROMETHEUS["image"]).startswith("prom/prometheus:v2.")
+    config_path = host_file(PROMETHEUS, pathlib.Path(prometheus_flag("config.file")))
+    assert config_path == ROOT / "observability" / "prometheus" / "compose.yml"
+    rule_globs = scrape_config()["rule_files"]
+    assert rule_globs and all(host_file(PROMETHEUS, pathlib.Path(g)) == ROOT / "observability" / "prometheus" /
+                              "rules" / "*.yml" for g in rule_globs)
+    assert all(target.startswith("/etc/prometheus") for target in bind_mounts(PROMETHEUS))
+    assert f"security:{SECURITY_DIR}:ro" in PROMETHEUS["volumes"]
+    assert PROMETHEUS["depends_on"][CREDENTIALS] == {"condition": "service_completed_successfully"}
+    assert "9090:9090" in PROMETHEUS["ports"]
+
+
+def test_the_scrape_config_names_every_process_that_serves_metrics() -> None:
+    expected = {metrics_endpoint(name) for name in SERVICES if name != CREDENTIALS}
+    assert {e[0] for e in expected} == set(JOBS)
+    assert scraped_endpoints() == expected
+    jobs = {job["job_name"]: job for job in scrape_config()["scrape_configs"]}
+    assert sorted(jobs) == sorted(JOBS)
+    assert jobs["proxy"]["tls_config"]["ca_file"] == str(security.SecurityFiles(SECURITY_DIR).ca_file)
+    # the proxies' certificate names them (dev-credentials' --host), so Prometheus verifies who it scrapes
+    certified = set(parse_command(SERVICES[CREDENTIALS])[1]["hosts"])
+    assert {target.split(":")[0] for job, scheme, target, _ in expected if scheme == "https"} <= certified
+
+
+def test_zookeepers_serve_metrics_where_prometheus_scrapes_them() -> None:
+    for name in (n for n in SERVICES if parse_command(SERVICES[n])[0] == "zookeeper"):
+        params = parse_command(SERVICES[name])[1]
+        if "metrics_port" not in params:
+            pytest.skip("magnetar zookeeper has no --metrics-port yet: its /metrics comes with the prom branch")
+        assert params["metrics_port"] == ZOOKEEPER_METRICS_PORT, name
+
+
+def test_promtool_accepts_the_compose_scrape_config(tmp_path: pathlib.Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: run scripts/ensure-prometheus (make install does)")
+    config = scrape_config()
+    # what Prometheus reads inside its container, here: the rules through their bind mount; the CA lives in the
+    # `security` volume, which only Docker fills, so a stand-in file takes its place
+    config["rule_files"] = [str(host_file(PROMETHEUS, pathlib.Path(g))) for g in config["rule_files"]]
+    stand_in = tmp_path / "ca.cert.pem"
+    stand_in.write_text("")
+    for job in config["scrape_configs"]:
+        if "tls_config" in job:
+            job["tls_config"]["ca_file"] = str(stand_in)
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_grafana_mounts_the_provisioning_and_the_dashboards_it_loads() -> None:
+    assert str(GRAFANA["image"]).startswith("grafana/grafana:")
+    mounts = bind_mounts(GRAFANA)
+    for kind in ("datasources", "dashboards"):
+        assert mounts[f"/etc/grafana/provisioning/{kind}"] == GRAFANA_DIR / "provisioning" / kind
+    provider = yaml.safe_load((GRAFANA_DIR / "provisioning" / "dashboards" / "magnetar.yml").read_text())
+    [folder] = [p["options"]["path"] for p in provider["providers"]]
+    assert host_file(GRAFANA, pathlib.Path(folder)) == GRAFANA_DIR / "dashboards"
+    home = host_file(GRAFANA, pathlib.Path(GRAFANA["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]))
+    assert home.is_file() and home.parent == GRAFANA_DIR / "dashboards"
+    assert "3000:3000" in GRAFANA["ports"] and "prometheus" in GRAFANA["depends_on"]
+
+
+def test_grafanas_data_source_is_the_compose_prometheus_at_its_scrape_interval() -> None:
+    datasources = yaml.safe_load((GRAFANA_DIR / "provisioning" / "datasources" / "magnetar.yml").read_text())
+    [source] = datasources["datasources"]
+    listen = prometheus_flag("web.listen-address") if any(
+        a.startswith("--web.listen-address=") for a in PROMETHEUS["command"]) else ":9090"
+    assert source["url"] == f"http://prometheus{listen}"
+    assert source["jsonData"]["timeInterval"] == scrape_config()["global"]["scrape_interval"]
