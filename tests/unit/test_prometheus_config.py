@@ -169,3 +169,15 @@ def test_scrape_config_refuses_what_it_cannot_scrape() -> None:
 
 def test_durations_are_prometheus_durations() -> None:
     assert [duration(s) for s in (5, 5.0, 0.5, 2.5, 60)] == ["5s", "5s", "500ms", "2500ms", "60s"]
+
+
+def test_up_prints_the_prometheus_url(tmp_path: pathlib.Path, capsys) -> None:
+    from clusters.commands import _print_summary
+    from clusters.runtime import DataDir
+    from clusters.supervisor import Supervisor
+
+    plan = plan_of(SECURED, tmp_path)
+    state = Supervisor(plan, DataDir(tmp_path)).state
+    _print_summary(DataDir(tmp_path), state, foreground=False)
+    url = f"http://127.0.0.1:{plan.one(region=None, slot='prometheus').ports['web']}"
+    assert f"prometheus: {url}\n" in capsys.readouterr().out
