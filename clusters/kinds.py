@@ -4,7 +4,8 @@ A :class:`ProcessKind` knows four things about its servers and nothing about sup
 :class:`Instance` s a topology names (with the ports each needs), the command line that runs one (writing
 its config file first), its health check, and the endpoints it publishes in ``topology.json``. The
 supervisor does the rest (ports, process groups, logs, waiting, stopping) the same way for every kind, so
-a new kind (broker, proxy) is one subclass here plus its settings in ``clusters.topology``.
+a new kind (broker, proxy) is one subclass here plus its settings in ``clusters.topology``. The base classes are
+in ``clusters.kind_base``; the deployment's Prometheus, a kind of its own module, in ``clusters.prometheus``.
 
 Kinds start by ``tier``: every instance of a lower tier is healthy before any of a higher tier starts, and
 stopping goes in reverse. An instance finds what it depends on through the :class:`Plan`, where every
@@ -31,6 +32,7 @@ from .prometheus import PrometheusKind
 from .topology import BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
 
 __all__ = ["GLOBAL", "KINDS", "Instance", "Plan", "ProcessKind", "dumps_toml", "magnetar_command", "make_plan"]
+
 
 class ZooKeeperKind(ProcessKind):
     """A standalone ZooKeeper: each region's local metadata store, and the global configuration store.

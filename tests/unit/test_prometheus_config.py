@@ -181,3 +181,13 @@ def test_up_prints_the_prometheus_url(tmp_path: pathlib.Path, capsys) -> None:
     _print_summary(DataDir(tmp_path), state, foreground=False)
     url = f"http://127.0.0.1:{plan.one(region=None, slot='prometheus').ports['web']}"
     assert f"prometheus: {url}\n" in capsys.readouterr().out
+
+
+def test_a_missing_prometheus_names_the_fix(monkeypatch) -> None:
+    from clusters import prometheus
+    from magnetar.errors import InstallError
+
+    monkeypatch.setattr(prometheus.shutil, "which", lambda name: None)
+    monkeypatch.setattr(prometheus.os, "access", lambda path, mode: False)
+    with pytest.raises(InstallError, match="scripts/ensure-prometheus"):
+        prometheus.find_prometheus()
