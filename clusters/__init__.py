@@ -4,7 +4,8 @@ Topology files are TOML (schema in ``clusters.topology``); ``standalone.toml`` h
 ZooKeeper and three bookies. Process kinds (how to run a ZooKeeper, a bookie, ...) live in
 ``clusters.kinds``; the supervisor and the data-dir files it keeps in ``clusters.supervisor`` and
 ``clusters.runtime``; the `up`, `down` and `status` commands in ``clusters.commands``; the CA,
-certificates and tokens of a topology with proxies in ``clusters.security``.
+certificates and tokens of a topology with proxies in ``clusters.security``; the deployment's Prometheus
+(a ``[prometheus]`` table) in ``clusters.prometheus``.
 """
 
 import pathlib

@@ -176,6 +176,9 @@ def _print_summary(ddir: DataDir, state: dict[str, Any], *, foreground: bool) ->
     out = _console()
     out.print(_table(state, title=f"{state['name']}: running (supervisor pid {state['supervisor']['pid']})"))
     out.print(f"endpoints: {ddir.topology_path}", markup=False)
+    for record in state["processes"]:
+        if record["kind"] == "prometheus":
+            out.print(f"prometheus: {record['endpoints']['url']}", markup=False)
     out.print(f"logs:      {ddir.logs}", markup=False)
     stop = f"magnetar down --data-dir {ddir.root}"
     out.print(f"stop with: {'Ctrl-C, or ' if foreground else ''}{stop}", markup=False)

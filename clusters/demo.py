@@ -598,6 +598,8 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
     console.print("\nThe deployment is still running:")
     console.print(f"  magnetar status --data-dir {data_dir}     # every process and endpoint", markup=False)
     console.print(f"  cat {data_dir}/topology.json", markup=False)
+    if "prometheus" in topo:
+        console.print(f"  Prometheus (every process scraped): {topo['prometheus']['url']}", markup=False)
     console.print(f"  magnetar down --data-dir {data_dir}       # stop everything (or: make down)", markup=False)
     console.print("[green]every check passed[/green]" if ok else "[red]some checks FAILED[/red]")
     return 0 if ok else 1

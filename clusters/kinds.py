@@ -4,7 +4,8 @@ A :class:`ProcessKind` knows four things about its servers and nothing about sup
 :class:`Instance` s a topology names (with the ports each needs), the command line that runs one (writing
 its config file first), its health check, and the endpoints it publishes in ``topology.json``. The
 supervisor does the rest (ports, process groups, logs, waiting, stopping) the same way for every kind, so
-a new kind (broker, proxy) is one subclass here plus its settings in ``clusters.topology``.
+a new kind (broker, proxy) is one subclass here plus its settings in ``clusters.topology``. The base classes are
+in ``clusters.kind_base``; the deployment's Prometheus, a kind of its own module, in ``clusters.prometheus``.
 
 Kinds start by ``tier``: every instance of a lower tier is healthy before any of a higher tier starts, and
 stopping goes in reverse. An instance finds what it depends on through the :class:`Plan`, where every
@@ -14,87 +15,35 @@ ZooKeeper runs).
 
 from __future__ import annotations
 
-import abc
 import json
 import pathlib
 import ssl
-import sys
 import urllib.request
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from magnetar import zookeeper as zk
 from magnetar.errors import ConfigError
 from magnetar.net import free_port, is_listening
 
 from . import security
+from .kind_base import GLOBAL, Instance, ProcessKind, magnetar_command
+from .prometheus import PrometheusKind
 from .topology import BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
 
-GLOBAL = None  # the region of deployment-wide processes (the global ZooKeeper)
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One process a topology names.
-
-    Attributes:
-        name: unique in the deployment; its log is ``logs/<name>.log``, its data ``<data-dir>/<name>/``.
-        kind: the :class:`ProcessKind` name.
-        region: its region, or None for deployment-wide processes.
-        slot: its key in ``topology.json`` (inside ``regions.<region>``, or top-level when region is None).
-        many: whether the slot holds a list (bookies) or one object (a ZooKeeper).
-        index: 1-based position within its slot.
-        host: the address it binds and advertises.
-        ports: port name -> port; 0 means "not chosen yet" (the supervisor picks and remembers one).
-        settings: the topology table it came from.
-    """
-
-    name: str
-    kind: str
-    region: Optional[str]
-    slot: str
-    many: bool
-    index: int
-    host: str
-    ports: Mapping[str, int]
-    settings: Any
-
-
-class ProcessKind(abc.ABC):
-    """How to run one kind of server. Subclasses are stateless; one object per kind lives in :data:`KINDS`."""
-
-    name: ClassVar[str]
-    tier: ClassVar[int]
-    shown: ClassVar[tuple[str, ...]]  # endpoint keys worth a column in `magnetar status`
-
-    @abc.abstractmethod
-    def instances(self, topology: Topology) -> list[Instance]:
-        """The instances of this kind the topology names, with fixed ports or 0."""
-
-    @abc.abstractmethod
-    def command(self, inst: Instance, plan: "Plan") -> list[str]:
-        """The command that runs ``inst`` in the foreground; writes its config files first."""
-
-    @abc.abstractmethod
-    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
-        """True once ``inst`` serves; must answer within a couple of seconds and never raise."""
-
-    @abc.abstractmethod
-    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
-        """What clients of ``inst`` need to reach it (addresses, URLs), for ``topology.json``."""
-
-
-def magnetar_command(*args: str) -> list[str]:
-    """``python -m magnetar ARGS`` with this interpreter (the venv the supervisor runs in)."""
-    return [sys.executable, "-m", "magnetar", *args]
+__all__ = ["GLOBAL", "KINDS", "Instance", "Plan", "ProcessKind", "dumps_toml", "magnetar_command", "make_plan"]
 
 
 class ZooKeeperKind(ProcessKind):
-    """A standalone ZooKeeper: each region's local metadata store, and the global configuration store."""
+    """A standalone ZooKeeper: each region's local metadata store, and the global configuration store.
+
+    Its ``magnetar zookeeper`` wrapper stays the JVM's parent and serves ZooKeeper's numbers on ``/metrics``
+    (``observability.zookeeper``), on the instance's ``metrics`` port.
+    """
 
     name = "zookeeper"
     tier = 0
-    shown = ("connect",)
+    shown = ("connect", "metrics")
 
     def instances(self, topology: Topology) -> list[Instance]:
         found = []
@@ -107,7 +56,7 @@ class ZooKeeperKind(ProcessKind):
     def _instance(self, name: str, region: Optional[str], slot: str, settings: ZooKeeperSettings) -> Instance:
         return Instance(
             name=name, kind=self.name, region=region, slot=slot, many=False, index=1,
-            host=settings.host, ports={"client": settings.port}, settings=settings,
+            host=settings.host, ports={"client": settings.port, "metrics": settings.metrics_port}, settings=settings,
         )
 
     def command(self, inst: Instance, plan: "Plan") -> list[str]:
@@ -119,13 +68,16 @@ class ZooKeeperKind(ProcessKind):
             "--data-dir", str(plan.process_dir(inst)),
             "--tick-time-ms", str(s.tick_time_ms),
             "--heap-mb", str(s.heap_mb),
+            "--metrics-port", str(inst.ports["metrics"]),
         )
 
     def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
-        return zk.is_healthy(inst.host, inst.ports["client"])
+        return zk.is_healthy(inst.host, inst.ports["client"]) and is_listening(inst.host, inst.ports["metrics"],
+                                                                             timeout_s=1)
 
     def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
-        return {"connect": f"{inst.host}:{inst.ports['client']}", "host": inst.host, "port": inst.ports["client"]}
+        return {"connect": f"{inst.host}:{inst.ports['client']}", "host": inst.host, "port": inst.ports["client"],
+                "metrics": f"http://{inst.host}:{inst.ports['metrics']}/metrics"}
 
 
 def numbered_instances(topology: Topology, kind: str, slot: str, port_bases: dict[str, str]) -> list[Instance]:
@@ -442,7 +394,7 @@ class ProxyKind(ProcessKind):
 
 
 KINDS: dict[str, ProcessKind] = {
-    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind(), ProxyKind())
+    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind(), ProxyKind(), PrometheusKind())
 }
 
 

@@ -12,8 +12,9 @@ makes, in ``<data-dir>/security/`` (keys and tokens mode 0600, written atomicall
 
 for the roles a deployment needs (:data:`ROLES`): ``admin`` (a superuser: what operators and the demo's
 admin calls use), ``proxy`` (what proxies present to brokers, in the brokers' ``proxy_roles``),
-``replicator`` (what brokers present to each other and to other regions: admin fan-out, replicators) and
-``demo-app`` (the demo application, given produce and consume on its namespace by the demo itself). The
+``replicator`` (what brokers present to each other and to other regions: admin fan-out, replicators),
+``demo-app`` (the demo application, given produce and consume on its namespace by the demo itself) and
+``prometheus`` (the client certificate the deployment's Prometheus presents to proxies it scrapes; no grant). The
 proxies and the brokers of the deployment verify tokens with the one secret key and certificates with the
 one CA.
 
@@ -38,7 +39,8 @@ ADMIN_ROLE = "admin"
 PROXY_ROLE = "proxy"
 REPLICATOR_ROLE = "replicator"
 APP_ROLE = "demo-app"
-ROLES = (ADMIN_ROLE, PROXY_ROLE, REPLICATOR_ROLE, APP_ROLE)
+PROMETHEUS_ROLE = "prometheus"
+ROLES = (ADMIN_ROLE, PROXY_ROLE, REPLICATOR_ROLE, APP_ROLE, PROMETHEUS_ROLE)
 SUPERUSER_ROLES = (ADMIN_ROLE, REPLICATOR_ROLE)  # at the proxies (the replicator enters remote regions there)
 # At the brokers: the operator, and the deployment's own processes. A proxy role must also be allowed what it
 # does for a client (Pulsar authorizes both the proxy's role and the client's), and brokers' fan-out admin

@@ -2,7 +2,8 @@
 
 Theory of operation. :class:`Supervisor` gets a plan (every instance, every port) and supervises in the
 foreground: it makes a secured topology's CA, certificates and tokens if they are missing
-(``clusters.security``), then starts each tier of process kinds (ZooKeepers, bookies, brokers, proxies) with
+(``clusters.security``), then starts each tier of process kinds (ZooKeepers, bookies, brokers, proxies, the
+deployment's Prometheus) with
 every process in its own session and log file, waits until the whole tier is healthy, writes
 ``topology.json``, and watches. It restarts nothing: a child that dies is logged (``<name> exited with
 code -9 (SIGKILL)``) and recorded in ``state.json``, where ``status`` reports it. SIGTERM, SIGINT or SIGHUP
@@ -179,7 +180,10 @@ class Supervisor:
                             f"port {port} ({inst.name} {port_name}) is already in use by another program; "
                             f"free it, or remove {self.dir.ports_path} to pick new ports"
                         )
-                self._spawn(inst)
+                try:
+                    self._spawn(inst)
+                except (MagnetarError, OSError) as err:  # e.g. a program that is not installed
+                    return None, f"cannot start {inst.name}: {err}"
             failure = self._await_healthy(tier, deadline=time.monotonic() + timeout_s, timeout_s=timeout_s)
             if failure is not None:
                 return failure

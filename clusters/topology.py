@@ -16,6 +16,7 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     [regions.zookeeper]            # every region has one local ZooKeeper (defaults if the table is absent)
     host = "127.0.0.1"
     port = 0                       # 0: pick a free port at the first `up`, remembered in the data dir
+    metrics_port = 0               # /metrics: ZooKeeper's own numbers (`mntr`) in Prometheus's format
     tick_time_ms = 500
     heap_mb = 256
     [regions.bookies]              # absent: the region runs no bookie
@@ -42,6 +43,14 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     authorization_enabled = true   # lookups need produce or consume granted to the client's role
     tls_require_trusted_client_cert = false
     # any other key is copied into the proxy's proxy.toml (e.g. max_concurrent_inbound_connections = 5000)
+
+    [prometheus]                   # absent: no Prometheus; present: Debian's prometheus, started last,
+    host = "127.0.0.1"             #   scraping every process (its scrape config is written from the topology)
+    port = 0                       # its web UI and HTTP API (0: picked at the first `up`, remembered)
+    scrape_interval_s = 5.0        # also the rule evaluation interval
+    retention_s = 7200             # --storage.tsdb.retention.time
+    retention_size_bytes = 268435456  # --storage.tsdb.retention.size
+    enable_lifecycle = false       # --web.enable-lifecycle (POST /-/reload, /-/quit)
 
 A topology with a proxy gets security material at its first ``up`` (``clusters.security``): a development
 CA, a server certificate for the deployment's hosts, client certificates and tokens for its roles, in
@@ -90,16 +99,21 @@ class SupervisorSettings:
 
 @dataclass(frozen=True)
 class ZooKeeperSettings:
-    """``[regions.zookeeper]`` and ``[global_zookeeper]``: one standalone ZooKeeper server."""
+    """``[regions.zookeeper]`` and ``[global_zookeeper]``: one standalone ZooKeeper server, and its ``/metrics``
+    on ``metrics_port`` (served by its ``magnetar zookeeper`` wrapper: ``observability.zookeeper``)."""
 
     host: str = "127.0.0.1"
     port: int = 0
+    metrics_port: int = 0
     tick_time_ms: int = 500
     heap_mb: int = 256
 
     def problems(self) -> Iterator[tuple[str, str]]:
         yield from _host_problems("host", self.host)
         yield from _port_problems("port", self.port)
+        yield from _port_problems("metrics_port", self.metrics_port)
+        if self.port and self.port == self.metrics_port:
+            yield "metrics_port", f"must differ from port (both {self.port})"
         if not 10 <= self.tick_time_ms <= 60_000:
             yield "tick_time_ms", f"must be in [10, 60000], got {self.tick_time_ms}"
         if not 32 <= self.heap_mb <= 65_536:
@@ -242,6 +256,33 @@ class ProxySettings:
 
 
 @dataclass(frozen=True)
+class PrometheusSettings:
+    """``[prometheus]``: one Prometheus server for the whole deployment (``clusters.kinds.PrometheusKind``).
+
+    It scrapes every process that serves ``/metrics`` (one job per process kind, a ``cluster`` label per region)
+    every ``scrape_interval_s`` and evaluates the alert rules at the same interval. Its data is small on purpose
+    (``retention_s``, ``retention_size_bytes``): a local deployment's history, not a monitoring archive.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    scrape_interval_s: float = 5.0
+    retention_s: int = 7200
+    retention_size_bytes: int = 256 << 20
+    enable_lifecycle: bool = False
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        yield from _host_problems("host", self.host)
+        yield from _port_problems("port", self.port)
+        if not 0.5 <= self.scrape_interval_s <= 300:
+            yield "scrape_interval_s", f"must be in [0.5, 300], got {self.scrape_interval_s}"
+        if not 600 <= self.retention_s <= 366 * 86400:
+            yield "retention_s", f"must be in [600, 31622400] (10 minutes to a year), got {self.retention_s}"
+        if not 16 << 20 <= self.retention_size_bytes <= 1 << 40:
+            yield "retention_size_bytes", f"must be in [16 MiB, 1 TiB], got {self.retention_size_bytes}"
+
+
+@dataclass(frozen=True)
 class Region:
     """One ``[[regions]]`` entry: a local ZooKeeper and the servers that use it."""
 
@@ -262,6 +303,7 @@ class Topology:
         supervisor: deadlines.
         global_zookeeper: the shared configuration store, if the topology has one.
         regions: in file order, names unique.
+        prometheus: the deployment's Prometheus, if the topology has one.
     """
 
     name: str
@@ -269,6 +311,7 @@ class Topology:
     supervisor: SupervisorSettings
     global_zookeeper: Optional[ZooKeeperSettings]
     regions: tuple[Region, ...]
+    prometheus: Optional[PrometheusSettings] = None
 
     @property
     def secured(self) -> bool:
@@ -315,13 +358,14 @@ class _Parser:
         return ConfigError(f"{self.path.name}: {key}: {message}" if key else f"{self.path.name}: {message}")
 
     def topology(self, doc: dict[str, Any]) -> Topology:
-        known = {"name", "supervisor", "global_zookeeper", "regions"}
+        known = {"name", "supervisor", "global_zookeeper", "regions", "prometheus"}
         self._no_unknown(doc, known, "")
         name = self._name(doc, "name", "")
         supervisor = self.section(SupervisorSettings, doc.get("supervisor", {}), "supervisor")
         global_zk = None
         if "global_zookeeper" in doc:
             global_zk = self.section(ZooKeeperSettings, doc["global_zookeeper"], "global_zookeeper")
+        prometheus = self.section(PrometheusSettings, doc["prometheus"], "prometheus") if "prometheus" in doc else None
         raw_regions = doc.get("regions")
         if raw_regions is None:
             raise self.error("regions", "missing: a topology needs at least one [[regions]] table")
@@ -345,6 +389,7 @@ class _Parser:
             supervisor=supervisor,
             global_zookeeper=global_zk,
             regions=tuple(regions),
+            prometheus=prometheus,
         )
 
     def _region(self, raw: dict[str, Any], where: str) -> Region:

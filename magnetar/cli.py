@@ -35,16 +35,26 @@ def zookeeper(
     host: str = typer.Option("127.0.0.1", help="Address to bind."),
     tick_time_ms: int = typer.Option(500, help="ZooKeeper tick (session timeouts are 2..20 ticks)."),
     heap_mb: int = typer.Option(256, help="JVM heap size."),
+    metrics_port: Optional[int] = typer.Option(
+        None, "--metrics-port", help="Serve ZooKeeper's numbers (mntr) at http://HOST:PORT/metrics beside the server."),
 ) -> None:
     """Run a real standalone ZooKeeper server (Debian's package jars, or ZOOKEEPER_HOME)."""
     from magnetar import zookeeper as zk
 
+    settings = zk.ZooKeeperSettings(data_dir=data_dir, port=port, host=host, tick_time_ms=tick_time_ms, heap_mb=heap_mb)
     try:
-        zk.run_foreground(
-            zk.ZooKeeperSettings(data_dir=data_dir, port=port, host=host, tick_time_ms=tick_time_ms, heap_mb=heap_mb)
-        )
+        if metrics_port is None:
+            zk.run_foreground(settings)
+            return
+        from observability.zookeeper import serve_zookeeper_metrics
+
+        code = zk.run_beside(settings, lambda: serve_zookeeper_metrics(zk_host=host, zk_port=port, host=host,
+                                                                       port=metrics_port))
     except MagnetarError as err:
         _fail(err)
+    except OSError as err:  # the metrics port is taken
+        _fail(MagnetarError(f"cannot serve /metrics on {host}:{metrics_port}: {err.strerror or err}"))
+    raise typer.Exit(code=code)
 
 
 @app.command()

@@ -4,16 +4,25 @@ Magnetar does not ship ZooKeeper: it uses the jars of Debian's ``zookeeper`` pac
 (``/usr/share/java``) or of an Apache release unpacked at ``ZOOKEEPER_HOME``. This module finds them,
 writes a ``zoo.cfg`` for one server bound to a given address and port, and builds the ``java`` command
 line. ``magnetar zookeeper`` execs it; the supervisor and the test kit spawn it as a child process.
+
+With ``--metrics-port``, ``magnetar zookeeper`` stays the JVM's parent instead of exec-ing it (:func:`run_beside`),
+so that something can run beside ZooKeeper in the same process group: the ``/metrics`` endpoint of
+``observability.zookeeper``, which the command line wires in (this room imports no other).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import pathlib
 import shutil
+import signal
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from magnetar.errors import InstallError
 
@@ -165,3 +174,56 @@ def run_foreground(settings: ZooKeeperSettings) -> None:
     """Replaces this process with the ZooKeeper JVM (what ``magnetar zookeeper`` does)."""
     argv = command(settings)
     os.execv(argv[0], argv)
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+_PR_SET_PDEATHSIG = 1
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _die_with_parent() -> None:
+    """In the forked child: the kernel SIGKILLs it when its parent dies, however the parent dies."""
+    name = ctypes.util.find_library("c")
+    if name:
+        ctypes.CDLL(name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def run_beside(settings: ZooKeeperSettings, beside: Callable[[], Closeable]) -> int:
+    """Runs the ZooKeeper JVM as a child and ``beside()`` next to it until the JVM exits; returns its exit code.
+
+    The JVM stays in this process's group (a supervisor stopping the group stops both), gets every stop signal
+    this process gets, and is killed if this process dies first, so a ZooKeeper never outlives its wrapper. A
+    JVM killed by a signal gives 128 + the signal, as a shell reports it.
+    """
+    argv = command(settings)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def forward(signum: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        # A process-directed signal goes to any thread that does not block it; only the main thread runs Python
+        # handlers, and only its own wait is interrupted by one. So the helper's threads start with the stop
+        # signals blocked (threads inherit the mask), and only the main thread takes them.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            helper = beside()
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+        try:
+            code = child.wait()
+        finally:
+            helper.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code

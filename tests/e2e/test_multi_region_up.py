@@ -86,7 +86,8 @@ def test_two_regions_register_each_other_and_go_down_cleanly(local, monkeypatch)
         assert entry["zookeeper"]["connect"] != doc["global_zookeeper"]["connect"]
         assert len(entry["bookies"]) == 3 and len(entry["brokers"]) == 2
         assert entry["proxy"]["kind"] == "proxy" and entry["proxy"]["pulsar_ssl"].startswith("pulsar+ssl://")
-    assert all(p["kind"] in ("zookeeper", "bookie", "broker", "proxy") for p in processes_of(doc))
+    assert all(p["kind"] in ("zookeeper", "bookie", "broker", "proxy", "prometheus") for p in processes_of(doc))
+    assert doc["prometheus"]["url"].startswith("http://127.0.0.1:")
 
     # -- each region registered itself with all its brokers; each region sees both ----------------------
     east, west = (doc["regions"][r]["brokers"][0]["http"] for r in REGIONS)

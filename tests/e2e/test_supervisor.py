@@ -123,16 +123,24 @@ def processes_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
         found.append(region["zookeeper"])
         found.extend(region.get("bookies", []))
         found.extend(region.get("brokers", []))
-    return found
+        found.extend([region["proxy"]] if "proxy" in region else [])
+    return found + ([doc["prometheus"]] if "prometheus" in doc else [])
 
 
 def assert_serving(doc: dict[str, Any]) -> None:
-    """Every endpoint in topology.json answers: ZooKeepers `ruok`, bookies GetBookieInfo and /metrics,
-    brokers /health, /metrics and their binary port."""
+    """Every endpoint in topology.json answers: ZooKeepers `ruok` and /metrics, bookies GetBookieInfo and /metrics,
+    brokers /health, /metrics and their binary port, Prometheus /-/ready."""
+    import urllib.request
+
     for entry in processes_of(doc):
         if entry["kind"] == "zookeeper":
             host, port = entry["connect"].rsplit(":", 1)
             assert zk.is_healthy(host, int(port)), entry
+            with urllib.request.urlopen(entry["metrics"], timeout=5) as response:
+                assert b"\nmagnetar_zookeeper_up 1.0\n" in response.read(), entry
+        elif entry["kind"] == "prometheus":
+            with urllib.request.urlopen(entry["url"] + "/-/ready", timeout=5) as response:
+                assert response.status == 200
         elif entry["kind"] == "bookie":
             import urllib.request
 

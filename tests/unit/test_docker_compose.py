@@ -100,6 +100,7 @@ def test_every_command_is_a_magnetar_sub_command_whose_options_parse(name: str) 
     if kind == CREDENTIALS:
         assert params["directory"] == SECURITY_DIR
     elif kind == "zookeeper":
+        params.pop("metrics_port")  # the wrapper's own /metrics, not a ZooKeeper setting
         settings = zk.ZooKeeperSettings(**params)
         assert settings.host == "0.0.0.0" and settings.port == 2181
         assert str(settings.data_dir).startswith("/var/lib/magnetar")

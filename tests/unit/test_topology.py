@@ -144,7 +144,7 @@ def test_plan_names_instances_in_tier_order_with_distinct_ports(tmp_path: pathli
     ]
     assert [[i.name for i in tier] for tier in plan.tiers()][1] == ["us-east-bookie-1", "us-east-bookie-2"]
     by_name = {i.name: i for i in plan.instances}
-    assert by_name["global-zookeeper"].ports == {"client": 2181}
+    assert by_name["global-zookeeper"].ports == {"client": 2181, "metrics": 20000}
     assert by_name["us-east-bookie-2"].ports == {"grpc": 4001, "http": 4101}
     ports = [p for i in plan.instances for p in i.ports.values()]
     assert len(ports) == len(set(ports)) and 0 not in ports

@@ -187,7 +187,7 @@ def test_topology_document_names_the_security_files_and_each_proxy(tmp_path: pat
     assert doc["security"]["ca_file"] == str(plan.security.ca_file)
     assert doc["security"]["superuser_roles"] == ["admin", "replicator"] and doc["security"]["proxy_roles"] == ["proxy"]
     assert doc["security"]["broker_superuser_roles"] == ["admin", "proxy", "replicator"]
-    assert set(doc["security"]["roles"]) == {"admin", "proxy", "replicator", "demo-app"}
+    assert set(doc["security"]["roles"]) == {"admin", "proxy", "replicator", "demo-app", "prometheus"}
     assert doc["regions"]["eu-west"]["proxy"]["kind"] == "proxy"
     assert doc["regions"]["eu-west"]["proxy"]["pulsar_ssl"].startswith("pulsar+ssl://localhost:")
     standalone = make_plan(load(STANDALONE), tmp_path / "s")
