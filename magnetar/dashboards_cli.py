@@ -12,7 +12,7 @@ import pathlib
 
 import typer
 
-dashboards_app = typer.Typer(help="Grafana dashboards: render them as pictures from Prometheus.",
+dashboards_app = typer.Typer(help="Grafana dashboards: render them as pictures, check them against Prometheus.",
                              no_args_is_help=True)
 
 
@@ -56,4 +56,33 @@ def render(
     if report.failures:
         for failure in report.failures:
             typer.secho(f"error: {failure}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1)
+
+
+@dashboards_app.command()
+def check(
+    prometheus: str = typer.Option(..., "--prometheus", help="Prometheus base URL (topology.json's prometheus.url)."),
+    dashboards: list[pathlib.Path] = typer.Option([], "--dashboard", help="A dashboard JSON file (repeatable; "
+                                                  "default: every packaged one)."),
+    rules: list[pathlib.Path] = typer.Option([], "--rules", help="A rules file (repeatable; default: every "
+                                             "packaged one)."),
+    show_all: bool = typer.Option(False, "--all", help="List every expression, not only the failing ones."),
+    timeout_s: float = typer.Option(30.0, "--timeout", min=1, help="Seconds per Prometheus request."),
+) -> None:
+    """Every panel query returns series and every alert rule parses over series that exist (exit 1 otherwise)."""
+    from observability.check import check as run_check
+    from observability.render import RenderError
+
+    try:
+        probes = run_check(prometheus, dashboards=dashboards, rules=rules, timeout_s=timeout_s)
+    except RenderError as err:
+        _error(str(err), 1)
+    except ImportError as err:  # PyYAML reads the rules files
+        _error(f"{err}: install the test extra (pip install -e '.[test]') to read the rules files", 2)
+    failed = [p for p in probes if not p.ok]
+    for probe in probes if show_all else failed:
+        status = "ok" if probe.ok else ("error: " + probe.error if probe.error else "no series")
+        typer.echo(f"{status:>10}  {probe.where}\n            {probe.expr}")
+    typer.echo(f"{len(probes) - len(failed)} of {len(probes)} expressions ok")
+    if failed:
         raise typer.Exit(code=1)

@@ -85,6 +85,17 @@ class PrometheusClient:
         return [_series(item) for item in data.get("result") or ()]
 
 
+    def query(self, expr: str) -> int:
+        """How many series (or 1 for a scalar or string) ``expr`` yields now (an instant query)."""
+        data = self._call("/api/v1/query", {"query": expr, "timeout": f"{max(1.0, self.timeout_s - 1):g}s"},
+                          expr=expr)
+        if not isinstance(data, dict):
+            raise QueryFailed(expr, f"unexpected answer {data!r:.200}")
+        if data.get("resultType") in ("scalar", "string"):
+            return 1
+        return len(data.get("result") or ())
+
+
 def _series(item: dict[str, Any]) -> Series:
     points = item.get("values") or ()
     return Series(dict(item.get("metric") or {}), tuple(float(t) for t, _ in points),
