@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from config_store import (ClusterData, ConfigurationStore, KazooMetadataStore, MetadataStore, NodeExistsError,
                           NotFoundError, Policies, RegionStore, TenantInfo)
 from config_store.brokers import BrokerLoad, listeners_to_json
+from config_store.metrics import SessionEventsCollector, process_stores
 from magnetar import process_main
 from magnetar.config import derive
 from magnetar.errors import MagnetarError
@@ -106,6 +107,7 @@ class BrokerProcess:
         self.client_credentials: Optional[BrokerClientCredentials] = None
         self._state = "new"
         self.runtime_metrics: Optional[RuntimeMetrics] = None
+        self._session_events: Optional[SessionEventsCollector] = None  # ZooKeeper session events (/metrics)
 
     @property
     def pulsar_url(self) -> str:
@@ -185,6 +187,9 @@ class BrokerProcess:
                                                    session_timeout_ms=config.zk_session_timeout_ms)
             await self.global_store.start()
         self.configuration = ConfigurationStore(self.global_store)
+        self._session_events = SessionEventsCollector(process_stores(self.local_store, self.global_store),
+                                                      cluster=config.cluster)
+        self.registry.register(self._session_events)
 
     def _build_security(self) -> None:
         """Authentication, authorization and the broker's own credentials; BrokerError for settings that
@@ -315,6 +320,9 @@ class BrokerProcess:
                     log.exception("error while closing %s", type(closer).__name__)
         for store in {id(s): s for s in (self.global_store, self.local_store) if s is not None}.values():
             await store.close()
+        if self._session_events is not None:
+            self.registry.unregister(self._session_events)
+            self._session_events = None
         self._state = "closed"
         log.info("broker %s stopped", self.broker_id)
 

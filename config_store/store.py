@@ -107,6 +107,8 @@ class MetadataStore(abc.ABC):
 
     Attributes:
         session_lost_count: how many sessions this store has lost (each one also logged at WARNING).
+        session_event_counts: how many times each :class:`SessionEvent` happened since the store was created
+            (what ``config_store.metrics`` exports; a LOST before the first session is not an event).
         ephemeral_conflict_timeout_s: how long an ephemeral re-creation waits for a foreign node to vanish.
     """
 
@@ -115,6 +117,7 @@ class MetadataStore(abc.ABC):
     def __init__(self, *, name: str, ephemeral_conflict_timeout_s: float) -> None:
         self.name = name
         self.session_lost_count = 0
+        self.session_event_counts: dict[SessionEvent, int] = {event: 0 for event in SessionEvent}
         self.ephemeral_conflict_timeout_s = ephemeral_conflict_timeout_s
         self._state = StoreState.NEW
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -337,9 +340,10 @@ class MetadataStore(abc.ABC):
         """Applies a session transition (on the loop): bookkeeping, watch refresh, re-registration, listeners."""
         if self._state in (StoreState.CLOSING, StoreState.CLOSED):
             return
+        if event is SessionEvent.LOST and not self._had_session:
+            return
+        self.session_event_counts[event] += 1
         if event is SessionEvent.LOST:
-            if not self._had_session:
-                return
             self.session_lost_count += 1
             self._connected.clear()
             log.warning("[%s] ZooKeeper session LOST (%d so far): its ephemeral nodes are gone; a new session "

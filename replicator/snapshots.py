@@ -387,13 +387,19 @@ class ReplicatedSubscriptionsController:
         self._note_marker(position)
         return position
 
+    @property
+    def pending_snapshots(self) -> int:
+        """Snapshots started and neither completed nor timed out (0 or 1: one at a time per topic); the
+        broker sums them as ``pulsar_replicated_subscriptions_pending_snapshots``."""
+        return 0 if self._pending is None else 1
+
     def stats(self) -> dict:
         """Counters since the controller was created, and the snapshot pending now (0 or 1)."""
         return {
             "snapshots_started": self.snapshots_started,
             "snapshots_completed": self.snapshots_completed,
             "snapshots_timed_out": self.snapshots_timed_out,
-            "snapshots_pending": 0 if self._pending is None else 1,
+            "snapshots_pending": self.pending_snapshots,
             "responses_sent": self.responses_sent,
             "updates_written": self.updates_written,
             "updates_applied": self.updates_applied,

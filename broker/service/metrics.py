@@ -1,13 +1,14 @@
 """Prometheus series of the service, under Apache Pulsar's own names and labels.
 
-One collector reads the live topics at scrape time (the hot path only bumps plain counters: publish
-latency ranges, see ``latency.py``): each topic builds its typed stats snapshot (``topics/stats.py``, the
-same the admin REST API renders as JSON) and the series are read from its attributes; what only the metrics
-show (write latency ranges, backlog evictions, publish throttlings since load) is read from the topic's own
-counters. Topic series carry ``cluster``, ``namespace``, ``topic``;
-subscription series add ``subscription``; connection series and the broker-wide publish latency
-histogram carry ``cluster`` only. Registered only
-into the registry given to ``BrokerService`` (tests pass a fresh one; None registers nothing).
+One collector reads the live topics at scrape time (the hot path only bumps plain counters: storage write
+latency and entry size ranges, publish latency, see ``latency.py``): each topic builds its typed stats
+snapshot (``topics/stats.py``, the same the admin REST API renders as JSON) and the series are read from its
+attributes; what only the metrics show (write latency and entry size ranges, backlog evictions, publish
+throttlings since load) is read from the topic's own counters. Topic series carry ``cluster``,
+``namespace``, ``topic``; subscription series add ``subscription``, replication series ``remote_cluster``;
+connection series, the broker-wide publish latency and the pending replicated-subscription snapshots carry
+``cluster`` only. Registered only into the registry given to ``BrokerService`` (tests pass a fresh one;
+None registers nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .policies.backlog_quota import QuotaType
-from .latency import WRITE_LATENCY_SUFFIXES
+from .latency import ENTRY_SIZE_SUFFIXES, WRITE_LATENCY_SUFFIXES
 from .topics.stats import DispatchThrottleStats, ReplicationStats, TopicStats
 
 if TYPE_CHECKING:
@@ -112,9 +113,13 @@ class ServiceCollector(Collector):
         }
         r = {metric: GaugeMetricFamily(metric, text, labels=_REPL_LABELS) for metric, text, _ in _REPLICATION_SERIES}
         lat = {suffix: GaugeMetricFamily(f"pulsar_storage_write_latency_{suffix}",
-                                         "Entries stored with a publish latency in this range (ms), since the "
-                                         "topic loaded", labels=_TOPIC_LABELS)
+                                         "Entries whose managed-ledger add took this long (ms range; _sum in "
+                                         "microseconds), since the topic loaded", labels=_TOPIC_LABELS)
                for suffix in (*WRITE_LATENCY_SUFFIXES, "count", "sum")}
+        size = {suffix: GaugeMetricFamily(f"pulsar_entry_size_{suffix}", "Entries added of a size in this range "
+                                          "(bytes), since the topic loaded", labels=_TOPIC_LABELS)
+                for suffix in (*ENTRY_SIZE_SUFFIXES, "count", "sum")}
+        pending_snapshots = 0
         q = {metric: GaugeMetricFamily(metric, text, labels=_TOPIC_LABELS) for metric, text, _ in _BACKLOG_QUOTA_SERIES}
         evictions = CounterMetricFamily("pulsar_storage_backlog_quota_exceeded_evictions",
                                         "Times a backlog over its quota was evicted", labels=_QUOTA_LABELS)
@@ -144,11 +149,20 @@ class ServiceCollector(Collector):
             g["pulsar_subscriptions_count"].add_metric(labels, len(subs))
             g["pulsar_average_msg_size"].add_metric(labels, st.average_msg_size)
             in_msgs.add_metric(labels, st.msg_in_counter)
-            wl = topic.write_latency
+            storage = topic.storage_stats
+            wl = storage.write_latency
             for suffix, n in zip(WRITE_LATENCY_SUFFIXES, wl.buckets):
                 lat[suffix].add_metric(labels, n)
             lat["count"].add_metric(labels, wl.count)
-            lat["sum"].add_metric(labels, wl.sum_ms)
+            lat["sum"].add_metric(labels, wl.sum)
+            es = storage.entry_size
+            for suffix, n in zip(ENTRY_SIZE_SUFFIXES, es.buckets):
+                size[suffix].add_metric(labels, n)
+            size["count"].add_metric(labels, es.count)
+            size["sum"].add_metric(labels, es.sum)
+            controller = getattr(topic, "replicated_subscriptions", None)
+            if controller is not None:
+                pending_snapshots += controller.pending_snapshots
             in_bytes.add_metric(labels, st.bytes_in_counter)
             publish_limited.add_metric(labels, st.publish_rate_limited_times)
             publish_limited_total.add_metric(labels, topic.rate_limits.publish_rate_limited_total)
@@ -178,12 +192,20 @@ class ServiceCollector(Collector):
         yield from s.values()
         yield from r.values()
         yield from lat.values()
+        yield from size.values()
         yield from q.values()
         yield evictions
         yield publish_limited
         yield publish_limited_total
         yield from throttled.values()
-        yield svc.publish_latency.family()
+        cluster = [svc.cluster_name]
+        snapshots = GaugeMetricFamily("pulsar_replicated_subscriptions_pending_snapshots",
+                                      "Replicated-subscription snapshots started and not yet completed or timed "
+                                      "out, over this broker's topics", labels=["cluster"])
+        snapshots.add_metric(cluster, pending_snapshots)
+        yield snapshots
+        yield svc.publish_latency.summary_family(svc.cluster_name)
+        yield svc.publish_latency.histogram_family()
         yield from self._connections()
 
     def _connections(self) -> Iterator:

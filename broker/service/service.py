@@ -487,6 +487,7 @@ class BrokerService:
                 return
             except TimeoutError:
                 pass
+            self.publish_latency.rotate()  # the publish latency quantiles describe one stats period
             for topic in list(self._topics.values()):
                 if self._stopping.is_set():
                     return
@@ -501,6 +502,7 @@ class BrokerService:
         await self.backlog_quota_monitor.check_all()
 
     def update_stats(self) -> None:
-        """Closes the current rate window of every topic now (tests, admin)."""
+        """Closes the current rate window of every topic, and the publish latency's period, now (tests, admin)."""
+        self.publish_latency.rotate()
         for topic in self._topics.values():
             topic.tick()

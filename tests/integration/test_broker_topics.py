@@ -209,7 +209,8 @@ def test_metrics_use_pulsar_names(broker, client):
     labels = f'{{cluster="test",namespace="public/default",topic="{topic}"}}'
     # One stored entry: counted once over Pulsar's latency ranges, and in the broker-wide histogram.
     ranges = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("pulsar_storage_write_latency_le_") and labels in line]
+              if line.startswith(("pulsar_storage_write_latency_le_", "pulsar_storage_write_latency_overflow"))
+              and labels in line]
     assert len(ranges) == 10 and sum(ranges) == 1.0
     assert f"pulsar_storage_write_latency_count{labels} 1.0" in text
     assert 'magnetar_broker_publish_latency_seconds_bucket{le="+Inf"}' in text

@@ -4,12 +4,13 @@ builds from them (names, labels and values), over a fake service holding snapsho
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import prometheus_client
 import pytest
 
-from broker.service.latency import BrokerLatency, WriteLatency
+from broker.service.latency import BrokerLatency, StorageStats
 from broker.service.metrics import ServiceCollector
 from broker.service.policies.backlog_quota import QuotaType
 from broker.service.topics.stats import (BacklogQuotaStats, CompactionStats, ConsumerStats, DispatchThrottleStats,
@@ -175,13 +176,31 @@ def test_snapshots_are_frozen() -> None:
 # ---------------------------------------------------------------------------------------------- /metrics
 
 
-def fake_topic(name: str, stats, *, evictions: dict[QuotaType, int], limited_total: int) -> SimpleNamespace:
-    latency = WriteLatency()
-    for seconds in (0.0003, 0.004, 2.0):
-        latency.record(seconds)
-    return SimpleNamespace(stats=lambda: stats, topic_name=TopicName.parse(name), write_latency=latency,
+class _Done:
+    """A completed managed-ledger add (what ``StorageStats.on_add_done`` reads)."""
+
+    def __init__(self, failed: bool = False) -> None:
+        self.failed = failed
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self):
+        return RuntimeError("write failed") if self.failed else None
+
+
+def fake_topic(name: str, stats, *, evictions: dict[QuotaType, int], limited_total: int,
+               pending_snapshots: int = 0) -> SimpleNamespace:
+    now = [0.0]
+    storage = StorageStats(lambda: now[0])
+    for seconds, size in ((0.0003, 100), (0.004, 2000), (2.0, 2_000_000)):
+        now[0] = 10.0 + seconds
+        storage.on_add_done(10.0, size, _Done())
+    storage.on_add_done(10.0, 50, _Done(failed=True))  # nothing stored: not counted
+    return SimpleNamespace(stats=lambda: stats, topic_name=TopicName.parse(name), storage_stats=storage,
                            rate_limits=SimpleNamespace(publish_rate_limited_total=limited_total),
-                           backlog_quota=SimpleNamespace(evictions=evictions))
+                           backlog_quota=SimpleNamespace(evictions=evictions),
+                           replicated_subscriptions=SimpleNamespace(pending_snapshots=pending_snapshots))
 
 
 def closing_topic() -> SimpleNamespace:
@@ -195,7 +214,7 @@ def registry() -> prometheus_client.CollectorRegistry:
     service = SimpleNamespace(
         cluster_name="c1", publish_latency=BrokerLatency(),
         topics=lambda: {TOPIC: fake_topic(TOPIC, persistent_topic_stats(), limited_total=12,
-                                          evictions={QuotaType.SIZE: 2, QuotaType.AGE: 0}),
+                                          evictions={QuotaType.SIZE: 2, QuotaType.AGE: 0}, pending_snapshots=1),
                         NP_TOPIC: fake_topic(NP_TOPIC, non_persistent_topic_stats(), limited_total=0,
                                              evictions={QuotaType.SIZE: 0, QuotaType.AGE: 0}),
                         "persistent://acme/orders/gone": closing_topic()},
@@ -217,11 +236,17 @@ def test_topic_series(registry) -> None:
                 "pulsar_publish_rate_limit_times": 2, "magnetar_publish_rate_limited_total": 12,
                 "pulsar_storage_backlog_size": 4200, "pulsar_storage_backlog_quota_limit": 10_000,
                 "pulsar_storage_backlog_quota_limit_time": -1, "pulsar_storage_backlog_age_seconds": 30,
-                "pulsar_storage_write_latency_le_0_5": 1, "pulsar_storage_write_latency_le_5": 1,
-                "pulsar_storage_write_latency_le_overflow": 1, "pulsar_storage_write_latency_count": 3}
+                "pulsar_storage_write_latency_le_0_5": 1, "pulsar_storage_write_latency_le_1": 0,
+                "pulsar_storage_write_latency_le_5": 1, "pulsar_storage_write_latency_overflow": 1,
+                "pulsar_storage_write_latency_count": 3,
+                "pulsar_entry_size_le_128": 1, "pulsar_entry_size_le_2_kb": 1, "pulsar_entry_size_le_1_mb": 0,
+                "pulsar_entry_size_le_overflow": 1, "pulsar_entry_size_count": 3,
+                "pulsar_entry_size_sum": 2_002_100}
     for name, value in expected.items():
         assert registry.get_sample_value(name, topic_labels()) == value, name
-    assert registry.get_sample_value("pulsar_storage_write_latency_sum", topic_labels()) == pytest.approx(2004.3)
+    # Pulsar's _sum is in microseconds
+    assert registry.get_sample_value("pulsar_storage_write_latency_sum", topic_labels()) == pytest.approx(2_004_300)
+    assert registry.get_sample_value("pulsar_storage_write_latency_le_overflow", topic_labels()) is None
     for quota_type, evicted in (("size", 2), ("time", 0)):
         assert registry.get_sample_value("pulsar_storage_backlog_quota_exceeded_evictions_total",
                                          topic_labels(quota_type=quota_type)) == evicted
@@ -264,3 +289,7 @@ def test_connection_and_broker_series(registry) -> None:
                         ("pulsar_connection_closed_total_count", 3)):
         assert registry.get_sample_value(name, {"cluster": "c1"}) == value
     assert registry.get_sample_value("magnetar_broker_publish_latency_seconds_count") == 0
+    assert registry.get_sample_value("pulsar_broker_publish_latency_count", {"cluster": "c1"}) == 0
+    assert math.isnan(registry.get_sample_value("pulsar_broker_publish_latency", {"cluster": "c1", "quantile": "0.99"}))
+    # one pending snapshot on the persistent topic, none on the non-persistent one
+    assert registry.get_sample_value("pulsar_replicated_subscriptions_pending_snapshots", {"cluster": "c1"}) == 1

@@ -87,7 +87,8 @@ class Producer:
     def track(self, sequence_id: int, highest_sequence_id: Optional[int], future: "asyncio.Future[Position]", *,
               started: Optional[float] = None) -> None:
         """Registers a SEND whose receipt depends on ``future`` (storage, or an earlier identical SEND);
-        ``started`` (``time.perf_counter()``) is when the write began, for the topic's write latency (default: now)."""
+        ``started`` (``time.perf_counter()``) is when the SEND arrived, for the broker's publish latency
+        (default: now)."""
         slot = _Slot(sequence_id, highest_sequence_id, started)
         self._pending.append(slot)
         self.connection.publish_started()
@@ -111,7 +112,7 @@ class Producer:
         conn = self.connection
         out: list[bytes] = []
         failed: Optional[BrokerServiceError] = None
-        latency = self.topic.write_latency
+        latency = self.topic.publish_latency
         now = time.perf_counter()
         while pending and pending[0].done:
             slot = pending.popleft()

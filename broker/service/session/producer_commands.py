@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from magnetar.protocol import pb
@@ -98,6 +99,7 @@ def _send_success(conn: "Connection", cmd: pb.CommandProducer, producer: Produce
 
 
 def handle_send(conn: "Connection", frame: "Frame") -> None:
+    received = time.perf_counter()  # the publish latency starts here (pulsar_broker_publish_latency)
     send = frame.command.send
     producer = conn.producers.get(send.producer_id)
     if producer is None or producer.closed:
@@ -113,7 +115,7 @@ def handle_send(conn: "Connection", frame: "Frame") -> None:
     check_delivery_delay(producer.topic, frame.metadata)
     producer.topic.publish(producer, frame.entry, sequence_id=send.sequence_id,
                            highest_sequence_id=send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
-                           num_messages=send.num_messages, marker=send.marker)
+                           num_messages=send.num_messages, marker=send.marker, received_s=received)
 
 
 async def handle_close_producer(conn: "Connection", frame: "Frame") -> None:

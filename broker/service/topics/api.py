@@ -73,8 +73,9 @@ class TopicProducer(Protocol):
     def exclusive(self) -> bool: ...
 
     def track(self, sequence_id: int, highest_sequence_id: Optional[int],
-              future: "asyncio.Future[Position]") -> None:
-        """Registers a SEND whose receipt (or error) follows ``future``; receipts leave in SEND order."""
+              future: "asyncio.Future[Position]", *, started: Optional[float] = None) -> None:
+        """Registers a SEND whose receipt (or error) follows ``future``; receipts leave in SEND order.
+        ``started`` (``time.perf_counter()``): when the SEND arrived (default: now)."""
 
     def notify_closed(self) -> None:
         """The broker closed the producer (CLOSE_PRODUCER): the client reconnects after a fresh lookup."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Optional
@@ -40,7 +41,7 @@ from ..errors import (BrokerServiceError, NotAllowedError, PersistenceError, Pro
                      ServiceNotReadyError, TopicBusyError, TopicTerminatedError,
                      topic_not_ready)
 from .entries import entry_info, publish_time_of
-from ..latency import WriteLatency
+from ..latency import StorageStats
 from .common import TopicCommon, TopicState
 from .replication import TopicReplication
 from .stats import ReplicationInboundStats, ReplicationStats, TopicStats
@@ -79,7 +80,8 @@ class Topic(TopicSubscriptions, TopicCommon):
         self.policies: Optional["Policies"] = None
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()
-        self.write_latency = WriteLatency(service.publish_latency)
+        self.publish_latency = service.publish_latency  # broker-wide: SEND arrival to receipt
+        self.storage_stats = StorageStats(time.perf_counter)  # managed-ledger add latency, entry sizes
         self._removed_msg_out = 0
         self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
         self._sub_locks: dict[str, asyncio.Lock] = {}
@@ -214,16 +216,17 @@ class Topic(TopicSubscriptions, TopicCommon):
         return self.dedup.last_sequence_id(producer_name)
 
     def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
-                num_messages: int, marker: bool = False) -> None:
+                num_messages: int, marker: bool = False, received_s: Optional[float] = None) -> None:
         """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order.
-        ``num_messages`` is the SEND's count (0 when the client left it out: one message)."""
+        ``num_messages`` is the SEND's count (0 when the client left it out: one message); ``received_s``
+        (``time.perf_counter()``) is when the SEND arrived, where the publish latency starts (default: now)."""
         seq = sequence_id
         highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE or self.ml.terminated:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(TopicTerminatedError(f"topic {self.name} is terminated") if self.ml.terminated
                               else topic_not_ready(self.name, self.state.value))
-            producer.track(seq, highest, fut)
+            producer.track(seq, highest, fut, started=received_s)
             return
         dedup = self.dedup
         # pulsar-client (C++) sends a batch with its first sequence id and no highest one; its members are
@@ -237,20 +240,23 @@ class Topic(TopicSubscriptions, TopicCommon):
         if deduplicate:
             status, fut = dedup.check(producer.name, seq, top)
             if status is dedup_mod.Status.DUPLICATE:
-                producer.track(seq, highest, fut)
+                producer.track(seq, highest, fut, started=received_s)
                 return
+        size = len(entry)
         try:
+            handed = time.perf_counter()
             fut = self.ml.add_entry_nowait(entry)
         except Exception as exc:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
+        else:
+            fut.add_done_callback(functools.partial(self.storage_stats.on_add_done, handed, size))
         if deduplicate:
             dedup.pushed(producer.name, seq, top, fut)
-        producer.track(seq, highest, fut)
+        producer.track(seq, highest, fut, started=received_s)
         if marker and producer.is_replicator:
             fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
         messages = num_messages
-        size = len(entry)
         self._count_published(producer, messages, size)
         if producer.is_replicator:
             meters = self.replication_in.get(producer.origin_cluster)

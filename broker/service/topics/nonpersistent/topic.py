@@ -40,7 +40,7 @@ from magnetar.topic_name import TopicName
 from ...policies.backlog_quota import QuotaType
 from ..consumer import Consumer
 from ...errors import NotAllowedError, TopicBusyError, topic_not_ready
-from ...latency import WriteLatency
+from ...latency import StorageStats
 from .dispatch import Offer
 from .subscription import NonPersistentSubscription
 from ..model import SubscribeRequest
@@ -99,7 +99,8 @@ class NonPersistentTopic(TopicCommon):
         self.backlog_quota = NoBacklogQuota()
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()
-        self.write_latency = WriteLatency(service.publish_latency)
+        self.publish_latency = service.publish_latency  # broker-wide: SEND arrival to receipt
+        self.storage_stats = StorageStats(time.perf_counter)  # stays empty: nothing is stored
         self.entries_added = 0
         self.batch_published = False
         self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
@@ -148,16 +149,16 @@ class NonPersistentTopic(TopicCommon):
         """A producer's ``initial_subscription_name``: subscriptions exist only with consumers here."""
 
     def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
-                num_messages: int, marker: bool = False) -> None:
+                num_messages: int, marker: bool = False, received_s: Optional[float] = None) -> None:
         """Offers the entry to every subscription now and answers the receipt ``(0, 0)`` at once."""
         seq = sequence_id
         highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(topic_not_ready(self.name, self.state.value))
-            producer.track(seq, highest, fut)
+            producer.track(seq, highest, fut, started=received_s)
             return
-        started = time.perf_counter()
+        started = time.perf_counter() if received_s is None else received_s
         messages = max(num_messages, 1)
         size = len(entry)
         self._count_published(producer, messages, size)
