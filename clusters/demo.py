@@ -563,6 +563,29 @@ def print_geo_report(report: dict[str, Any]) -> None:
     console.print(table)
 
 
+# -------------------------------------------------------------------------------------------------- pictures
+
+
+def draw_replication_dashboard(topo: dict[str, Any], out: pathlib.Path) -> bool:
+    """Draws the geo-replication dashboard from the deployment's Prometheus as PNG files (what Grafana would show
+    for the last 10 minutes), and says where; False when a panel could not be drawn."""
+    from observability.render import RenderError, RenderOptions, render_dashboards
+
+    try:
+        drawn = render_dashboards(RenderOptions(prometheus_url=topo["prometheus"]["url"], out_dir=out,
+                                                dashboards=("replication",), range_s=600, step_s=5))
+    except RenderError as exc:
+        console.print(f"[red]the replication dashboard could not be drawn: {exc}[/red]")
+        return False
+    panels = drawn.manifest["dashboards"][0]["panels"]
+    with_data = sum(1 for p in panels if p.get("series"))
+    console.print(f"\nThe geo-replication dashboard, drawn from Prometheus ({len(panels)} panels, {with_data} with "
+                  f"data): {drawn.index_path}", markup=False)
+    for failure in drawn.failures:
+        console.print(f"[red]  {failure}[/red]")
+    return not drawn.failures
+
+
 # -------------------------------------------------------------------------------------------------- run
 
 
@@ -587,6 +610,8 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
         report = geo_job(topo, client_log=client_log)
         print_geo_report(report)
         ok = report["ok"]
+        if "prometheus" in topo:
+            ok = draw_replication_dashboard(topo, data_dir / "dashboards") and ok
         console.print("\nTry it yourself (.venv/bin/magnetar):", markup=False)
         for line in try_it_lines(topo, data_dir, NAMESPACE, report["topic"]):
             console.print(f"  {line}", markup=False, highlight=False)

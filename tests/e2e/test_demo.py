@@ -28,8 +28,13 @@ import urllib.request
 
 import pytest
 
+from matplotlib.image import imread
+
 from clusters import demo
 from observability import check, series
+from observability.render import RenderOptions, render_dashboards
+from observability.render.model import panels_of
+from observability.render.run import load_dashboard
 from tests.e2e.test_supervisor import running
 from tests.kit.promtool import check_metrics
 from tests.kit.wait import wait_for
@@ -140,6 +145,18 @@ def test_prometheus_dashboards_and_alert_rules_on_the_live_deployment(local) -> 
         undocumented |= {f"{kind}: {n}" for n in series.families(text)
                          if series.documented_name(n) not in documented}
     assert not undocumented, f"not in {DOCS.name} (python -m observability.series): {sorted(undocumented)}"
+
+    # Every panel of every dashboard drawn from the live data (`magnetar dashboards render`): a picture per
+    # panel, none blank, every one with data.
+    drawn = render_dashboards(RenderOptions(prometheus_url=prometheus, out_dir=ddir.root / "pictures",
+                                            range_s=300, step_s=5))
+    assert not drawn.failures, drawn.failures
+    pictures = [(d["name"], p) for d in drawn.manifest["dashboards"] for p in d["panels"]]
+    assert len(pictures) == sum(len(panels_of(load_dashboard(f))[0]) for f in check.DASHBOARDS.glob("*.json"))
+    for dashboard, panel in pictures:
+        assert panel["status"] == "ok" and panel["series"] > 0, (dashboard, panel)
+        rgb = imread(ddir.root / "pictures" / panel["file"])[..., :3]
+        assert float(rgb.var()) > 0.005, f"{dashboard}/{panel['file']} is blank"
 
     # A bookie killed: MagnetarBookieDown goes pending, then fires once its `for:` (30 s) has passed.
     victim = topo["regions"]["us-east"]["bookies"][-1]
