@@ -59,6 +59,7 @@ from .load_report import measure_load
 from .lookup_http import routes as lookup_routes
 from .ownership import BundleOwnership
 from .security import BrokerSecurity
+from .service.exposition import ExpositionRegistry
 
 log = logging.getLogger("broker.process")
 
@@ -87,7 +88,7 @@ class BrokerProcess:
 
     def __init__(self, config: BrokerConfig, *, registry: Optional[CollectorRegistry] = None) -> None:
         self.config = config
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else ExpositionRegistry()
         self.broker_id = ""
         self.port = 0
         self.http_port = 0

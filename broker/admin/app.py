@@ -6,13 +6,15 @@ Every request passes the metrics, the error mapping and then authentication and 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
 
 from .. import metrics_names as names
+from ..service.exposition import exposition_chunks
 from . import backlog_quotas, cluster_info, clusters, namespaces, tenants, topics
 from . import load_balancing
 from . import rate_limits, schemas
@@ -26,9 +28,16 @@ _MODULES = (clusters, tenants, namespaces, topics, backlog_quotas, cluster_info,
             delayed_delivery, inactive_topics, compaction_threshold, permissions)
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[CONTEXT].metrics_registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    """Streams the exposition family by family (a broker with many topics answers tens of megabytes; see
+    ``service/exposition.py``)."""
+    response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+    await response.prepare(request)
+    async with contextlib.aclosing(exposition_chunks(request.app[CONTEXT].metrics_registry)) as chunks:
+        async for chunk in chunks:
+            await response.write(chunk)
+    await response.write_eof()
+    return response
 
 
 async def _health(request: web.Request) -> web.Response:

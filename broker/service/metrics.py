@@ -9,214 +9,230 @@ throttlings since load) is read from the topic's own counters. Topic series carr
 connection series, the broker-wide publish latency and the pending replicated-subscription snapshots carry
 ``cluster`` only. Registered only into the registry given to ``BrokerService`` (tests pass a fresh one;
 None registers nothing).
+
+Cost. A broker with 10,000 topics exports about half a million series, so the collector writes the text
+itself (``exposition.py``): one pass over the topics gathers a row of values per topic (one ``attrgetter``
+call reads the stats attributes), per subscription and per remote cluster; rows are transposed into
+columns, one per family, and each family is written with one f-string per sample. Label sets are formatted
+once per topic and subscription and kept between scrapes (dropped with the topic). The text comes out one
+family at a time, with pause points every ``_TOPICS_PER_STEP`` topics, so ``/metrics`` streams it without
+holding the event loop for the whole scrape. ``bench/metrics_scrape.py`` measures it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from operator import attrgetter
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily
 
-from .policies.backlog_quota import QuotaType
+from .exposition import TextCollector, family_text, format_families, label_set
 from .latency import ENTRY_SIZE_SUFFIXES, WRITE_LATENCY_SUFFIXES
-from .topics.stats import DispatchThrottleStats, ReplicationStats, TopicStats
+from .policies.backlog_quota import QuotaType
+from .topics.stats import DispatchThrottleStats
 
 if TYPE_CHECKING:
     from .service import BrokerService
 
-_TOPIC_LABELS = ["cluster", "namespace", "topic"]
-_SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
-_REPL_LABELS = ["cluster", "namespace", "topic", "remote_cluster"]
-_QUOTA_LABELS = ["cluster", "namespace", "topic", "quota_type"]
-_THROTTLE_LABELS = ["cluster", "namespace", "topic", "subscription", "reason"]
-# Pulsar's dispatch throttling series (reason: the level of the limit that throttled):
-# (metric, help, {reason: the count in DispatchThrottleStats})
-_DISPATCH_THROTTLED_SERIES: tuple[tuple[str, str, dict[str, Callable[[DispatchThrottleStats], int]]], ...] = (
+# (metric, type, help, attribute of the topic's stats snapshot)
+_TOPIC_STATS_SERIES = (
+    ("pulsar_rate_in", "gauge", "Messages/s published", "msg_rate_in"),
+    ("pulsar_rate_out", "gauge", "Messages/s dispatched", "msg_rate_out"),
+    ("pulsar_throughput_in", "gauge", "Bytes/s published", "msg_throughput_in"),
+    ("pulsar_throughput_out", "gauge", "Bytes/s dispatched", "msg_throughput_out"),
+    ("pulsar_storage_size", "gauge", "Bytes stored", "storage_size_bytes"),
+    ("pulsar_msg_backlog", "gauge", "Backlog (entries) over subscriptions", "msg_backlog"),
+    ("pulsar_consumers_count", "gauge", "Connected consumers", "consumer_count"),
+    ("pulsar_average_msg_size", "gauge", "Average message size (bytes)", "average_msg_size"),
+    ("pulsar_in_messages", "counter", "Messages published", "msg_in_counter"),
+    ("pulsar_in_bytes", "counter", "Bytes published", "bytes_in_counter"),
+    ("pulsar_publish_rate_limit_times", "gauge", "Times the publish rate limit throttled the topic's producers in "
+     "the current stats window", "publish_rate_limited_times"),
+    ("pulsar_storage_backlog_size", "gauge", "Estimated bytes of the largest subscription backlog",
+     "backlog_size_bytes"),
+    ("pulsar_storage_backlog_quota_limit", "gauge", "Size limit of the backlog quota (bytes; -1: none)",
+     "backlog_quota.limit_size_bytes"),
+    ("pulsar_storage_backlog_quota_limit_time", "gauge", "Age limit of the backlog quota (seconds; -1: none)",
+     "backlog_quota.limit_time_s"),
+    ("pulsar_storage_backlog_age_seconds", "gauge", "Age of the oldest unacknowledged message of the slowest "
+     "subscription", "backlog_quota.oldest_backlog_message_age_s"),
+)
+_TOPIC_STATS_VALUES = attrgetter(*(attr for *_, attr in _TOPIC_STATS_SERIES))
+# What a topic row holds after the stats attributes, in this order (see _topic_row).
+_TOPIC_OWN_SERIES = (
+    ("pulsar_producers_count", "gauge", "Connected producers"),
+    ("pulsar_subscriptions_count", "gauge", "Subscriptions"),
+    ("magnetar_publish_rate_limited", "counter", "Times the publish rate limit throttled the topic's producers "
+     "since it loaded"),
+    *((f"pulsar_storage_write_latency_{suffix}", "gauge", "Entries whose managed-ledger add took this long (ms "
+       "range; _sum in microseconds), since the topic loaded") for suffix in (*WRITE_LATENCY_SUFFIXES, "count", "sum")),
+    *((f"pulsar_entry_size_{suffix}", "gauge", "Entries added of a size in this range (bytes), since the topic "
+       "loaded") for suffix in (*ENTRY_SIZE_SUFFIXES, "count", "sum")),
+)
+_TOPIC_FAMILIES = (*((name, kind, text) for name, kind, text, _ in _TOPIC_STATS_SERIES), *_TOPIC_OWN_SERIES)
+
+_SUB_SERIES = (
+    ("pulsar_subscription_back_log", "gauge", "Subscription backlog (entries)", "msg_backlog"),
+    ("pulsar_subscription_msg_rate_out", "gauge", "Messages/s dispatched", "msg_rate_out"),
+    ("pulsar_subscription_msg_throughput_out", "gauge", "Bytes/s dispatched", "msg_throughput_out"),
+    ("pulsar_subscription_msg_rate_redeliver", "gauge", "Messages/s redelivered", "msg_rate_redeliver"),
+    ("pulsar_subscription_unacked_messages", "gauge", "Messages dispatched and not yet acknowledged",
+     "unacked_messages"),
+    ("pulsar_subscription_consumers_count", "gauge", "Connected consumers", "consumer_count"),
+)
+_SUB_VALUES = attrgetter(*(attr for *_, attr in _SUB_SERIES))
+
+# Pulsar's dispatch throttling series, label ``reason``: the level of the limit that throttled.
+# (metric, help, attribute per reason)
+_THROTTLE_SERIES = (
     ("pulsar_subscription_dispatch_throttled_msg_events", "Times a dispatch rate's message limit throttled the "
-     "subscription, by the limit's level", {"subscription": lambda d: d.msg_events_by_subscription_limit,
-                                            "topic": lambda d: d.msg_events_by_topic_limit}),
+     "subscription, by the limit's level", (("subscription", "msg_events_by_subscription_limit"),
+                                            ("topic", "msg_events_by_topic_limit"))),
     ("pulsar_subscription_dispatch_throttled_bytes_events", "Times a dispatch rate's byte limit throttled the "
-     "subscription, by the limit's level", {"subscription": lambda d: d.bytes_events_by_subscription_limit,
-                                            "topic": lambda d: d.bytes_events_by_topic_limit}),
+     "subscription, by the limit's level", (("subscription", "bytes_events_by_subscription_limit"),
+                                            ("topic", "bytes_events_by_topic_limit"))),
 )
+_THROTTLE_REASONS = tuple(reason for reason, _ in _THROTTLE_SERIES[0][2])
+_THROTTLE_VALUES = attrgetter(*(attr for *_, by_reason in _THROTTLE_SERIES for _, attr in by_reason))
 _NO_THROTTLING = DispatchThrottleStats()  # a subscription no dispatch rate limit applies to
-# Pulsar's backlog quota series: (metric, help, value from the topic's stats)
-_BACKLOG_QUOTA_SERIES: tuple[tuple[str, str, Callable[[TopicStats], float]], ...] = (
-    ("pulsar_storage_backlog_size", "Estimated bytes of the largest subscription backlog",
-     lambda t: t.backlog_size_bytes),
-    ("pulsar_storage_backlog_quota_limit", "Size limit of the backlog quota (bytes; -1: none)",
-     lambda t: t.backlog_quota.limit_size_bytes),
-    ("pulsar_storage_backlog_quota_limit_time", "Age limit of the backlog quota (seconds; -1: none)",
-     lambda t: t.backlog_quota.limit_time_s),
-    ("pulsar_storage_backlog_age_seconds", "Age of the oldest unacknowledged message of the slowest subscription",
-     lambda t: t.backlog_quota.oldest_backlog_message_age_s),
+
+_REPLICATION_SERIES = (
+    ("pulsar_replication_rate_in", "gauge", "Messages/s received from the remote cluster", "msg_rate_in"),
+    ("pulsar_replication_rate_out", "gauge", "Messages/s sent to the remote cluster", "msg_rate_out"),
+    ("pulsar_replication_throughput_in", "gauge", "Bytes/s received from the remote cluster", "msg_throughput_in"),
+    ("pulsar_replication_throughput_out", "gauge", "Bytes/s sent to the remote cluster", "msg_throughput_out"),
+    ("pulsar_replication_backlog", "gauge", "Entries not yet replicated to the remote cluster",
+     "replication_backlog"),
+    ("pulsar_replication_delay_in_seconds", "gauge", "Age of the oldest entry not yet replicated",
+     "replication_delay_s"),
+    ("pulsar_replication_connected_count", "gauge", "1 when the replicator is connected to the remote cluster",
+     "connected"),
 )
-# Pulsar's replication series: (metric, help, value from one remote cluster's replication stats)
-_REPLICATION_SERIES: tuple[tuple[str, str, Callable[[ReplicationStats], float]], ...] = (
-    ("pulsar_replication_rate_in", "Messages/s received from the remote cluster", lambda r: r.msg_rate_in),
-    ("pulsar_replication_rate_out", "Messages/s sent to the remote cluster", lambda r: r.msg_rate_out),
-    ("pulsar_replication_throughput_in", "Bytes/s received from the remote cluster", lambda r: r.msg_throughput_in),
-    ("pulsar_replication_throughput_out", "Bytes/s sent to the remote cluster", lambda r: r.msg_throughput_out),
-    ("pulsar_replication_backlog", "Entries not yet replicated to the remote cluster",
-     lambda r: r.replication_backlog),
-    ("pulsar_replication_delay_in_seconds", "Age of the oldest entry not yet replicated",
-     lambda r: r.replication_delay_s),
-    ("pulsar_replication_connected_count", "1 when the replicator is connected to the remote cluster",
-     lambda r: r.connected),
-)
+_REPLICATION_VALUES = attrgetter(*(attr for *_, attr in _REPLICATION_SERIES))
+
+_TOPIC_LABELS = ("cluster", "namespace", "topic")
+# Topics read between two yields of a scrape (see exposition_steps): a few tens of milliseconds of work, so a
+# scrape of 10,000 topics does not hold the event loop for the whole of it.
+_TOPICS_PER_STEP = 500
 
 
-class ServiceCollector(Collector):
+class _Labels:
+    """A topic's label sets, formatted once and kept while the topic stays loaded."""
+
+    __slots__ = ("topic", "quota", "subscriptions", "remotes")
+
+    def __init__(self, cluster: str, namespace: str, topic: str) -> None:
+        self.topic = label_set(_TOPIC_LABELS, (cluster, namespace, topic))
+        base = self.topic[:-1]  # without the closing brace: more labels follow
+        self.quota = tuple(f'{base},quota_type="{t.label}"}}' for t in QuotaType)
+        self.subscriptions: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.remotes: dict[str, str] = {}
+
+    def subscription(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """The subscription's label set, and its label sets per throttling reason."""
+        found = self.subscriptions.get(name)
+        if found is None:
+            sub = self.topic[:-1] + label_set(("subscription",), (name,)).replace("{", ",", 1)
+            found = self.subscriptions[name] = (sub, tuple(f'{sub[:-1]},reason="{r}"}}' for r in _THROTTLE_REASONS))
+        return found
+
+    def remote(self, cluster: str) -> str:
+        found = self.remotes.get(cluster)
+        if found is None:
+            found = self.remotes[cluster] = self.topic[:-1] + label_set(("remote_cluster",), (cluster,)).replace(
+                "{", ",", 1)
+        return found
+
+
+class ServiceCollector(TextCollector):
     def __init__(self, service: "BrokerService") -> None:
         self.service = service
+        self._labels: dict[str, _Labels] = {}
 
-    def describe(self):  # names are fixed, but described lazily: no collision checks against other collectors
-        return []
-
-    def collect(self) -> Iterator:
+    def exposition_pieces(self) -> Iterator[str]:
         svc = self.service
-        g = {
-            "pulsar_rate_in": GaugeMetricFamily("pulsar_rate_in", "Messages/s published", labels=_TOPIC_LABELS),
-            "pulsar_rate_out": GaugeMetricFamily("pulsar_rate_out", "Messages/s dispatched", labels=_TOPIC_LABELS),
-            "pulsar_throughput_in": GaugeMetricFamily("pulsar_throughput_in", "Bytes/s published",
-                                                      labels=_TOPIC_LABELS),
-            "pulsar_throughput_out": GaugeMetricFamily("pulsar_throughput_out", "Bytes/s dispatched",
-                                                       labels=_TOPIC_LABELS),
-            "pulsar_storage_size": GaugeMetricFamily("pulsar_storage_size", "Bytes stored", labels=_TOPIC_LABELS),
-            "pulsar_msg_backlog": GaugeMetricFamily("pulsar_msg_backlog", "Backlog (entries) over subscriptions",
-                                                    labels=_TOPIC_LABELS),
-            "pulsar_producers_count": GaugeMetricFamily("pulsar_producers_count", "Connected producers",
-                                                        labels=_TOPIC_LABELS),
-            "pulsar_consumers_count": GaugeMetricFamily("pulsar_consumers_count", "Connected consumers",
-                                                        labels=_TOPIC_LABELS),
-            "pulsar_subscriptions_count": GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions",
-                                                            labels=_TOPIC_LABELS),
-            "pulsar_average_msg_size": GaugeMetricFamily("pulsar_average_msg_size", "Average message size (bytes)",
-                                                         labels=_TOPIC_LABELS),
-        }
-        in_msgs = CounterMetricFamily("pulsar_in_messages", "Messages published", labels=_TOPIC_LABELS)
-        in_bytes = CounterMetricFamily("pulsar_in_bytes", "Bytes published", labels=_TOPIC_LABELS)
-        s = {
-            "pulsar_subscription_back_log": GaugeMetricFamily("pulsar_subscription_back_log",
-                                                              "Subscription backlog (entries)", labels=_SUB_LABELS),
-            "pulsar_subscription_msg_rate_out": GaugeMetricFamily("pulsar_subscription_msg_rate_out",
-                                                                  "Messages/s dispatched", labels=_SUB_LABELS),
-            "pulsar_subscription_msg_throughput_out": GaugeMetricFamily(
-                "pulsar_subscription_msg_throughput_out", "Bytes/s dispatched", labels=_SUB_LABELS),
-            "pulsar_subscription_msg_rate_redeliver": GaugeMetricFamily(
-                "pulsar_subscription_msg_rate_redeliver", "Messages/s redelivered", labels=_SUB_LABELS),
-            "pulsar_subscription_unacked_messages": GaugeMetricFamily(
-                "pulsar_subscription_unacked_messages", "Unacknowledged messages", labels=_SUB_LABELS),
-            "pulsar_subscription_consumers_count": GaugeMetricFamily(
-                "pulsar_subscription_consumers_count", "Connected consumers", labels=_SUB_LABELS),
-        }
-        r = {metric: GaugeMetricFamily(metric, text, labels=_REPL_LABELS) for metric, text, _ in _REPLICATION_SERIES}
-        lat = {suffix: GaugeMetricFamily(f"pulsar_storage_write_latency_{suffix}",
-                                         "Entries whose managed-ledger add took this long (ms range; _sum in "
-                                         "microseconds), since the topic loaded", labels=_TOPIC_LABELS)
-               for suffix in (*WRITE_LATENCY_SUFFIXES, "count", "sum")}
-        size = {suffix: GaugeMetricFamily(f"pulsar_entry_size_{suffix}", "Entries added of a size in this range "
-                                          "(bytes), since the topic loaded", labels=_TOPIC_LABELS)
-                for suffix in (*ENTRY_SIZE_SUFFIXES, "count", "sum")}
+        cluster = svc.cluster_name
+        labels_of, kept = self._labels, {}
+        topic_rows: list[tuple] = []
+        topic_labels: list[str] = []
+        quota_rows: list[tuple[str, int]] = []
+        sub_rows: list[tuple] = []
+        sub_labels: list[str] = []
+        throttle_labels: list[tuple[str, ...]] = []
+        throttle_rows: list[tuple] = []
+        repl_rows: list[tuple] = []
+        repl_labels: list[str] = []
         pending_snapshots = 0
-        q = {metric: GaugeMetricFamily(metric, text, labels=_TOPIC_LABELS) for metric, text, _ in _BACKLOG_QUOTA_SERIES}
-        evictions = CounterMetricFamily("pulsar_storage_backlog_quota_exceeded_evictions",
-                                        "Times a backlog over its quota was evicted", labels=_QUOTA_LABELS)
-        publish_limited = GaugeMetricFamily("pulsar_publish_rate_limit_times", "Times the publish rate limit "
-                                            "throttled the topic's producers in the current stats window",
-                                            labels=_TOPIC_LABELS)
-        publish_limited_total = CounterMetricFamily("magnetar_publish_rate_limited", "Times the publish rate "
-                                                    "limit throttled the topic's producers since it loaded",
-                                                    labels=_TOPIC_LABELS)
-        throttled = {metric: GaugeMetricFamily(metric, text, labels=_THROTTLE_LABELS)
-                     for metric, text, _ in _DISPATCH_THROTTLED_SERIES}
-        for name, topic in svc.topics().items():
+        for i, (name, topic) in enumerate(svc.topics().items(), 1):
+            if i % _TOPICS_PER_STEP == 0:
+                yield ""  # a pause point: the event loop may run other callbacks here
             try:
                 st = topic.stats()
-            except Exception:
+            except Exception:  # a topic closing under us: it is left out of this scrape
                 continue
-            labels = [svc.cluster_name, topic.topic_name.namespace, name]
-            subs = st.subscriptions
-            g["pulsar_rate_in"].add_metric(labels, st.msg_rate_in)
-            g["pulsar_rate_out"].add_metric(labels, st.msg_rate_out)
-            g["pulsar_throughput_in"].add_metric(labels, st.msg_throughput_in)
-            g["pulsar_throughput_out"].add_metric(labels, st.msg_throughput_out)
-            g["pulsar_storage_size"].add_metric(labels, st.storage_size_bytes)
-            g["pulsar_msg_backlog"].add_metric(labels, st.msg_backlog)
-            g["pulsar_producers_count"].add_metric(labels, len(st.publishers))
-            g["pulsar_consumers_count"].add_metric(labels, st.consumer_count)
-            g["pulsar_subscriptions_count"].add_metric(labels, len(subs))
-            g["pulsar_average_msg_size"].add_metric(labels, st.average_msg_size)
-            in_msgs.add_metric(labels, st.msg_in_counter)
-            storage = topic.storage_stats
-            wl = storage.write_latency
-            for suffix, n in zip(WRITE_LATENCY_SUFFIXES, wl.buckets):
-                lat[suffix].add_metric(labels, n)
-            lat["count"].add_metric(labels, wl.count)
-            lat["sum"].add_metric(labels, wl.sum)
-            es = storage.entry_size
-            for suffix, n in zip(ENTRY_SIZE_SUFFIXES, es.buckets):
-                size[suffix].add_metric(labels, n)
-            size["count"].add_metric(labels, es.count)
-            size["sum"].add_metric(labels, es.sum)
+            labels = labels_of.get(name)
+            if labels is None:
+                labels = _Labels(cluster, topic.topic_name.namespace, name)
+            kept[name] = labels
+            topic_labels.append(labels.topic)
+            topic_rows.append(_topic_row(st, topic))
+            evictions = topic.backlog_quota.evictions
+            quota_rows.extend((lbl, evictions[t]) for lbl, t in zip(labels.quota, QuotaType))
+            for sub_name, x in st.subscriptions.items():
+                sub_lbl, by_reason = labels.subscription(sub_name)
+                sub_labels.append(sub_lbl)
+                sub_rows.append(_SUB_VALUES(x))
+                throttle_labels.append(by_reason)
+                throttle_rows.append(_THROTTLE_VALUES(x.dispatch_throttling or _NO_THROTTLING))
+            for remote, x in st.replication.items():
+                repl_labels.append(labels.remote(remote))
+                repl_rows.append(tuple(int(v) if v.__class__ is bool else v for v in _REPLICATION_VALUES(x)))
             controller = getattr(topic, "replicated_subscriptions", None)
             if controller is not None:
                 pending_snapshots += controller.pending_snapshots
-            in_bytes.add_metric(labels, st.bytes_in_counter)
-            publish_limited.add_metric(labels, st.publish_rate_limited_times)
-            publish_limited_total.add_metric(labels, topic.rate_limits.publish_rate_limited_total)
-            for metric, _, value in _BACKLOG_QUOTA_SERIES:
-                q[metric].add_metric(labels, value(st))
-            for quota_type in QuotaType:
-                evictions.add_metric(labels + [quota_type.label], topic.backlog_quota.evictions[quota_type])
-            for remote, x in st.replication.items():
-                rl = labels + [remote]
-                for metric, _, value in _REPLICATION_SERIES:
-                    r[metric].add_metric(rl, float(value(x)))
-            for sub_name, x in subs.items():
-                sl = labels + [sub_name]
-                s["pulsar_subscription_back_log"].add_metric(sl, x.msg_backlog)
-                s["pulsar_subscription_msg_rate_out"].add_metric(sl, x.msg_rate_out)
-                s["pulsar_subscription_msg_throughput_out"].add_metric(sl, x.msg_throughput_out)
-                s["pulsar_subscription_msg_rate_redeliver"].add_metric(sl, x.msg_rate_redeliver)
-                s["pulsar_subscription_unacked_messages"].add_metric(sl, x.unacked_messages)
-                s["pulsar_subscription_consumers_count"].add_metric(sl, x.consumer_count)
-                throttling = x.dispatch_throttling or _NO_THROTTLING
-                for metric, _, by_reason in _DISPATCH_THROTTLED_SERIES:
-                    for reason, count in by_reason.items():
-                        throttled[metric].add_metric(sl + [reason], count(throttling))
-        yield from g.values()
-        yield in_msgs
-        yield in_bytes
-        yield from s.values()
-        yield from r.values()
-        yield from lat.values()
-        yield from size.values()
-        yield from q.values()
-        yield evictions
-        yield publish_limited
-        yield publish_limited_total
-        yield from throttled.values()
-        cluster = [svc.cluster_name]
+        self._labels = kept  # unloaded topics' label sets go
+
+        yield from _columns_text(_TOPIC_FAMILIES, topic_labels, topic_rows)
+        yield family_text("pulsar_storage_backlog_quota_exceeded_evictions", "counter",
+                          "Times a backlog over its quota was evicted", quota_rows)
+        yield from _columns_text(((n, k, t) for n, k, t, _ in _SUB_SERIES), sub_labels, sub_rows)
+        n = len(_THROTTLE_REASONS)
+        for i, (metric, text, _) in enumerate(_THROTTLE_SERIES):
+            yield family_text(metric, "gauge", text, [(lbl[j], row[i * n + j]) for lbl, row in
+                                                      zip(throttle_labels, throttle_rows) for j in range(n)])
+        yield from _columns_text(((n, k, t) for n, k, t, _ in _REPLICATION_SERIES), repl_labels, repl_rows)
+        yield self._broker_series(cluster, pending_snapshots)
+
+    def _broker_series(self, cluster: str, pending_snapshots: int) -> str:
+        """The broker-wide families (a few samples each), written by prometheus_client."""
+        svc = self.service
         snapshots = GaugeMetricFamily("pulsar_replicated_subscriptions_pending_snapshots",
                                       "Replicated-subscription snapshots started and not yet completed or timed "
                                       "out, over this broker's topics", labels=["cluster"])
-        snapshots.add_metric(cluster, pending_snapshots)
-        yield snapshots
-        yield svc.publish_latency.summary_family(svc.cluster_name)
-        yield svc.publish_latency.histogram_family()
-        yield from self._connections()
+        snapshots.add_metric([cluster], pending_snapshots)
+        families = [snapshots, svc.publish_latency.summary_family(cluster), svc.publish_latency.histogram_family()]
+        server = svc.connection_counts()
+        for metric, text, key in (("pulsar_active_connections", "Open client connections", "active"),
+                                  ("pulsar_connection_created_total_count", "Client connections accepted", "created"),
+                                  ("pulsar_connection_closed_total_count", "Client connections closed", "closed")):
+            family = GaugeMetricFamily(metric, text, labels=["cluster"])
+            family.add_metric([cluster], server[key])
+            families.append(family)
+        return format_families(families)
 
-    def _connections(self) -> Iterator:
-        server = self.service.connection_counts()
-        cluster = [self.service.cluster_name]
-        active = GaugeMetricFamily("pulsar_active_connections", "Open client connections", labels=["cluster"])
-        active.add_metric(cluster, server["active"])
-        created = GaugeMetricFamily("pulsar_connection_created_total_count", "Client connections accepted",
-                                    labels=["cluster"])
-        created.add_metric(cluster, server["created"])
-        closed = GaugeMetricFamily("pulsar_connection_closed_total_count", "Client connections closed",
-                                   labels=["cluster"])
-        closed.add_metric(cluster, server["closed"])
-        return active, created, closed
+
+def _topic_row(st, topic) -> tuple:
+    """One topic's values in ``_TOPIC_FAMILIES`` order."""
+    storage = topic.storage_stats
+    wl, es = storage.write_latency, storage.entry_size
+    return (*_TOPIC_STATS_VALUES(st), len(st.publishers), len(st.subscriptions),
+            topic.rate_limits.publish_rate_limited_total, *wl.buckets, wl.count, wl.sum, *es.buckets, es.count,
+            es.sum)
+
+
+def _columns_text(families, labels: Sequence[str], rows: Sequence[tuple]) -> Iterator[str]:
+    """Family i's text from column i of ``rows`` (one row per label set), one family at a time; families
+    without rows get their HELP and TYPE lines only."""
+    columns = list(zip(*rows)) if rows else None
+    for i, (metric, kind, text) in enumerate(families):
+        yield family_text(metric, kind, text, zip(labels, columns[i]) if columns else ())

@@ -106,7 +106,8 @@ async def test_session_events_are_counted_per_store_and_event() -> None:
         local.suspend()
         local.resume()
         local.expire_session()
-        assert [value("metadata-store", e) for e in ("connected", "suspended", "reconnected", "expired")] == [2, 1, 1, 1]
+        events = ("connected", "suspended", "reconnected", "expired")
+        assert [value("metadata-store", e) for e in events] == [2, 1, 1, 1]
         assert value("configuration-metadata-store", "expired") == 0
         # one shared store is listed once, as the local one
         assert list(process_stores(local, local)) == ["metadata-store"]
