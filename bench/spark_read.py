@@ -143,8 +143,12 @@ def read(spark, region: dict, topic: str, args: argparse.Namespace) -> dict:
     """One timed read (a Spark job counting every row the source yields), then one verifying job."""
     from pyspark.sql import functions as F
 
-    df = (spark.read.format("magnetar").option("admin.url", region["admin"]).option("metadata.url", region["zk"])
-          .option("topic", topic).option("maxEntriesPerSplit", args.max_entries_per_split).load())
+    reader = spark.read.format("magnetar").option("topic", topic).option("maxEntriesPerSplit", args.max_entries_per_split)
+    if args.topology:
+        reader = reader.option("topology", args.topology).option("regions", region["name"])
+    else:
+        reader = reader.option("admin.url", region["admin"]).option("metadata.url", region["zk"])
+    df = reader.load()
     partitions = df.rdd.getNumPartitions()
     started = time.monotonic()
     count = df.count()

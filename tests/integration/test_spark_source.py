@@ -13,6 +13,7 @@ trimmed at once).
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import uuid
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.timeout(300)
 EAST, WEST = "us-east", "eu-west"
 TENANT = "spark"
 ENTRIES_PER_LEDGER = 200
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +139,10 @@ def hold(client: pulsar.Client, topic: str) -> None:
     client.subscribe(topic, "hold", initial_position=pulsar.InitialPosition.Earliest).close()
 
 
+def _ms(when: datetime.datetime) -> int:
+    return (when - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+
 def payload(name: str, i: int) -> bytes:
     return f"{name}:{i}:".encode() + bytes((i * 7 + j) % 251 for j in range(i % 40))
 
@@ -180,7 +186,7 @@ def assert_rows_match(rows: list[dict], sent: list[Sent], *, region: str, replic
         props.pop("__magnetar.repl.source_position", None)
         assert props == s.properties, row
         event = row["__eventTime"]
-        assert (None if event is None else int(event.timestamp() * 1000)) == s.event_time_ms, row
+        assert (None if event is None else _ms(event)) == s.event_time_ms, row
         assert row["__producerName"] == s.producer
         assert row["__sequenceId"] == s.sequence_id, row
         assert row["__region"] == region
@@ -250,6 +256,9 @@ def test_partitioned_topic_reads_every_partition(spark, regions, local_namespace
     rows = rows_of(df)
     assert_rows_match(rows, sent, region=EAST)
     assert {r["__topic"] for r in rows} == {f"{topic}-partition-{i}" for i in range(3)}
+    # A pattern over the namespace finds the same partitions.
+    pattern = reader(spark, east, topicsPattern=topic + ".*").load()
+    assert pattern.count() == len(sent)
 
     # What a pulsar-client consumer gets as the serialized id is what __messageId holds.
     ids = {r["value"]: r["__messageId"] for r in rows}
