@@ -143,7 +143,8 @@ def read(spark, region: dict, topic: str, args: argparse.Namespace) -> dict:
     """One timed read (a Spark job counting every row the source yields), then one verifying job."""
     from pyspark.sql import functions as F
 
-    reader = spark.read.format("magnetar").option("topic", topic).option("maxEntriesPerSplit", args.max_entries_per_split)
+    reader = (spark.read.format("magnetar").option("topic", topic)
+              .option("maxEntriesPerSplit", args.max_entries_per_split))
     if args.topology:
         reader = reader.option("topology", args.topology).option("regions", region["name"])
     else:
@@ -159,7 +160,8 @@ def read(spark, region: dict, topic: str, args: argparse.Namespace) -> dict:
                  F.sum(F.crc32(ids)).alias("id_crc"), F.countDistinct("__messageId").alias("distinct_ids"),
                  F.approx_count_distinct("__ledgerId").alias("ledgers")).collect()[0]
     verify_s = time.monotonic() - started
-    return {**row.asDict(), "read_count": count, "partitions": partitions, "seconds": read_s, "verify_seconds": verify_s}
+    return {**row.asDict(), "read_count": count, "partitions": partitions, "seconds": read_s,
+            "verify_seconds": verify_s}
 
 
 def main() -> int:

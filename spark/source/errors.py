@@ -25,6 +25,9 @@ class SourceOptionError(SourceError, ConfigError):
         self.option = option
         self.problem = problem
 
+    def __reduce__(self):
+        return type(self), (self.option, self.problem)
+
 
 class SourceUnavailableError(SourceError):
     """A region's admin API, ZooKeeper or bookies did not answer while planning or reading."""

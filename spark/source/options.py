@@ -353,7 +353,8 @@ def _check_offset_keys(option: str, spec: OffsetSpec, regions: tuple[RegionSpec,
 
 def pattern_matches(pattern: str, topic: str) -> bool:
     """A topic matches by its own name or, for a partition, by its partitioned topic's name."""
-    return re.fullmatch(pattern, topic) is not None or re.fullmatch(pattern, str(TopicName.parse(topic).base)) is not None
+    base = str(TopicName.parse(topic).base)
+    return re.fullmatch(pattern, topic) is not None or re.fullmatch(pattern, base) is not None
 
 
 def _selected(topic: str, selection: TopicSelection) -> bool:

@@ -19,7 +19,7 @@ import concurrent.futures
 import logging
 import os
 import threading
-from typing import Any, Awaitable, Iterator, Optional, TypeVar
+from typing import Awaitable, Iterator, Optional, TypeVar
 
 import pyarrow as pa
 

@@ -167,7 +167,8 @@ def rows_of(df) -> list[dict]:
     return df.toArrow().to_pylist()
 
 
-def assert_rows_match(rows: list[dict], sent: list[Sent], *, region: str, replicated_from: Optional[str] = None) -> None:
+def assert_rows_match(rows: list[dict], sent: list[Sent], *, region: str,
+                      replicated_from: Optional[str] = None) -> None:
     """Every sent message is read exactly once, with every column as the producer set it."""
     by_id = {(s.topic, s.ledger_id, s.entry_id, s.batch_index): s for s in sent} if replicated_from is None else None
     by_payload = {s.payload: s for s in sent}
@@ -256,9 +257,10 @@ def test_partitioned_topic_reads_every_partition(spark, regions, local_namespace
     rows = rows_of(df)
     assert_rows_match(rows, sent, region=EAST)
     assert {r["__topic"] for r in rows} == {f"{topic}-partition-{i}" for i in range(3)}
-    # A pattern over the namespace finds the same partitions.
+    # A pattern over the namespace finds the same partitions; a topic that was never written reads empty.
     pattern = reader(spark, east, topicsPattern=topic + ".*").load()
     assert pattern.count() == len(sent)
+    assert reader(spark, east, topic=new_topic(local_namespace, "never")).load().count() == 0
 
     # What a pulsar-client consumer gets as the serialized id is what __messageId holds.
     ids = {r["value"]: r["__messageId"] for r in rows}
@@ -295,6 +297,11 @@ def test_replicated_copy_shows_origin(spark, regions, namespace, east_client) ->
         for name in (EAST, WEST)})).load()
     counts = {r["__region"]: r["count"] for r in both.groupBy("__region").count().collect()}
     assert counts == {EAST: len(sent), WEST: len(sent)}
+    # The copy keeps the origin's publish time (the producer's metadata travels as it was).
+    times = {}
+    for r in both.select("value", "__region", "__publishTime").toArrow().to_pylist():
+        times.setdefault(r["value"], {})[r["__region"]] = r["__publishTime"]
+    assert all(t[EAST] == t[WEST] for t in times.values())
     origin = both.filter("__region = 'us-east'").filter("__replicatedFrom is not null").count()
     assert origin == 0
 
