@@ -123,29 +123,34 @@ class RowBuilder:
             payload = decompress(md.compression, payload, md.uncompressed_size)
         prefix = _id_prefix(ledger_id, entry_id, self.partition)
         replicated = md.replicated_from if md.HasField("replicated_from") else None
-        if not md.HasField("num_messages_in_batch"):
-            self._values.append(payload)
-            self._keys.append(md.partition_key if md.HasField("partition_key") else None)
-            self._ids.append(prefix)
-            self._events.append(md.event_time * 1000 if md.event_time else None)
-            props = md.properties
-            if props:
-                self._prop_keys.extend([kv.key for kv in props])
-                self._prop_values.extend([kv.value for kv in props])
-            self._prop_offsets.append(len(self._prop_keys))
-            self._sequences.append(md.sequence_id)
-            self._indexes.append(-1)
-            n = 1
-        else:
+        if md.HasField("num_messages_in_batch"):
             n = self._add_batch(prefix, md, payload)
-        if n:
-            self._publish.extend(repeat(md.publish_time * 1000, n))
-            self._producers.extend(repeat(md.producer_name, n))
-            self._replicated.extend(repeat(replicated, n))
-            self._ledgers.extend(repeat(ledger_id, n))
-            self._entries.extend(repeat(entry_id, n))
-            self.rows += n
-        return n
+            if n:
+                self._publish.extend(repeat(md.publish_time * 1000, n))
+                self._producers.extend(repeat(md.producer_name, n))
+                self._replicated.extend(repeat(replicated, n))
+                self._ledgers.extend(repeat(ledger_id, n))
+                self._entries.extend(repeat(entry_id, n))
+                self.rows += n
+            return n
+        self._values.append(payload)
+        self._keys.append(md.partition_key if md.HasField("partition_key") else None)
+        self._ids.append(prefix)
+        self._events.append(md.event_time * 1000 if md.event_time else None)
+        props = md.properties
+        if props:
+            self._prop_keys.extend([kv.key for kv in props])
+            self._prop_values.extend([kv.value for kv in props])
+        self._prop_offsets.append(len(self._prop_keys))
+        self._sequences.append(md.sequence_id)
+        self._indexes.append(-1)
+        self._publish.append(md.publish_time * 1000)
+        self._producers.append(md.producer_name)
+        self._replicated.append(replicated)
+        self._ledgers.append(ledger_id)
+        self._entries.append(entry_id)
+        self.rows += 1
+        return 1
 
     def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
         count = md.num_messages_in_batch
