@@ -1,0 +1,203 @@
+"""Stored entries to rows (pure): parse, decompress, split batches, and fill Arrow columns.
+
+An entry is what the producer sent (``MessageMetadata`` + payload, possibly compressed, possibly a batch),
+parsed with the protocol's own codec (:func:`magnetar.protocol.parse_entry`, :func:`~magnetar.protocol.
+decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees it:
+
+* a marker (``marker_type`` set: replicated-subscription snapshots and the like) gives no row;
+* a non-batched entry gives one row, ``__batchIndex`` -1, id ``(ledger, entry, partition)``;
+* a batched entry gives one row per member not compacted out, ``__batchIndex`` its index, id
+  ``(ledger, entry, partition, index)`` with the batch size, as pulsar-client serializes a received
+  message's id; a member's key, properties, event time and sequence id are its own
+  (``SingleMessageMetadata``), the sequence id defaulting to the entry's plus the index as pulsar-client
+  assigns them; producer name, publish time and ``replicated_from`` are the entry's.
+
+Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush`.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+import pyarrow as pa
+
+from magnetar.protocol import ProtocolError, decompress, parse_entry, split_batch
+
+from .errors import SourceDataError
+from .schema import ARROW_SCHEMA
+
+__all__ = ["RowBuilder", "encode_message_id"]
+
+_TIMESTAMP = ARROW_SCHEMA.field("__publishTime").type
+_PROPERTIES = ARROW_SCHEMA.field("__messageProperties").type
+_U64 = 1 << 64
+
+
+def _varint(value: int) -> bytes:
+    value %= _U64  # negative int32/int64 fields are sent as 64-bit two's complement
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [_varint(i) for i in range(1 << 14)]  # every batch index and size in one or two bytes
+
+
+def _vi(value: int) -> bytes:
+    return _SMALL[value] if 0 <= value < 16384 else _varint(value)
+
+
+def _id_prefix(ledger_id: int, entry_id: int, partition: int) -> bytes:
+    # MessageIdData: ledgerId = 1, entryId = 2, partition = 3 (only when not -1)
+    prefix = b"\x08" + _vi(ledger_id) + b"\x10" + _vi(entry_id)
+    return prefix + b"\x18" + _vi(partition) if partition != -1 else prefix
+
+
+def encode_message_id(ledger_id: int, entry_id: int, partition: int = -1, batch_index: int = -1,
+                      batch_size: int = 0) -> bytes:
+    """The bytes of ``MessageId(...).serialize()`` (and pulsar-client's ``MessageId.serialize()``), without
+    building a protobuf message per row."""
+    out = _id_prefix(ledger_id, entry_id, partition)
+    if batch_index != -1:
+        out += b"\x20" + _vi(batch_index)
+    if batch_size:
+        out += b"\x30" + _vi(batch_size)
+    return out
+
+
+class RowBuilder:
+    """Accumulates the rows of one split (one topic, one region) column by column.
+
+    Attributes:
+        rows: rows held since the last flush.
+        markers: marker entries skipped so far.
+    """
+
+    def __init__(self, topic: str, region: str, partition: int) -> None:
+        self.topic = topic
+        self.region = region
+        self.partition = partition
+        self.markers = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self._values: list[bytes] = []
+        self._keys: list = []
+        self._ids: list[bytes] = []
+        self._publish: list[int] = []
+        self._events: list = []
+        self._prop_offsets: list[int] = [0]
+        self._prop_keys: list[str] = []
+        self._prop_values: list[str] = []
+        self._producers: list[str] = []
+        self._sequences: list[int] = []
+        self._replicated: list = []
+        self._ledgers: list[int] = []
+        self._entries: list[int] = []
+        self._indexes: list[int] = []
+
+    def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> int:
+        """Adds the rows of one stored entry; returns how many.
+
+        Raises:
+            SourceDataError: the entry is not a readable message entry (checksum, metadata, codec, batch).
+        """
+        try:
+            return self._add(ledger_id, entry_id, data)
+        except ProtocolError as e:
+            raise SourceDataError(f"{self.topic} in {self.region}: entry {ledger_id}:{entry_id} cannot be read as "
+                                  f"messages: {e}") from None
+
+    def _add(self, ledger_id: int, entry_id: int, data: bytes) -> int:
+        parsed = parse_entry(data, require_checksum=False)
+        md = parsed.metadata
+        if md.HasField("marker_type"):
+            self.markers += 1
+            return 0
+        payload = parsed.payload
+        if md.compression:
+            payload = decompress(md.compression, payload, md.uncompressed_size)
+        prefix = _id_prefix(ledger_id, entry_id, self.partition)
+        replicated = md.replicated_from if md.HasField("replicated_from") else None
+        if md.HasField("num_messages_in_batch"):
+            n = self._add_batch(prefix, md, payload)
+            if n:
+                self._publish.extend(repeat(md.publish_time * 1000, n))
+                self._producers.extend(repeat(md.producer_name, n))
+                self._replicated.extend(repeat(replicated, n))
+                self._ledgers.extend(repeat(ledger_id, n))
+                self._entries.extend(repeat(entry_id, n))
+                self.rows += n
+            return n
+        self._values.append(payload)
+        self._keys.append(md.partition_key if md.HasField("partition_key") else None)
+        self._ids.append(prefix)
+        self._events.append(md.event_time * 1000 if md.event_time else None)
+        props = md.properties
+        if props:
+            self._prop_keys.extend([kv.key for kv in props])
+            self._prop_values.extend([kv.value for kv in props])
+        self._prop_offsets.append(len(self._prop_keys))
+        self._sequences.append(md.sequence_id)
+        self._indexes.append(-1)
+        self._publish.append(md.publish_time * 1000)
+        self._producers.append(md.producer_name)
+        self._replicated.append(replicated)
+        self._ledgers.append(ledger_id)
+        self._entries.append(entry_id)
+        self.rows += 1
+        return 1
+
+    def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
+        count = md.num_messages_in_batch
+        items = split_batch(payload, count)
+        indexes = range(count)
+        if any(sm.compacted_out for sm, _ in items):  # only in a compacted ledger: keep the index of each
+            indexes = [i for i, (sm, _) in enumerate(items) if not sm.compacted_out]
+            items = [items[i] for i in indexes]
+        metas = [sm for sm, _ in items]
+        head, tail = prefix + b"\x20", b"\x30" + _vi(count)
+        base_sequence = md.sequence_id
+        self._values.extend([value for _, value in items])
+        self._keys.extend([sm.partition_key if sm.HasField("partition_key") else None for sm in metas])
+        self._ids.extend([head + _vi(i) + tail for i in indexes])
+        self._events.extend([sm.event_time * 1000 if sm.event_time else None for sm in metas])
+        self._sequences.extend([sm.sequence_id if sm.HasField("sequence_id") else base_sequence + i
+                                for i, sm in zip(indexes, metas)])
+        self._indexes.extend(indexes)
+        prop_keys, prop_values, prop_offsets = self._prop_keys, self._prop_values, self._prop_offsets
+        for sm in metas:
+            props = sm.properties
+            if props:
+                for kv in props:
+                    prop_keys.append(kv.key)
+                    prop_values.append(kv.value)
+            prop_offsets.append(len(prop_keys))
+        return len(metas)
+
+    def flush(self) -> pa.RecordBatch:
+        """The rows held, as one record batch of :data:`~spark.source.schema.ARROW_SCHEMA`; then empty again."""
+        n = self.rows
+        columns = [
+            pa.array(self._values, pa.binary()),
+            pa.array(self._keys, pa.string()),
+            pa.array([self.topic] * n, pa.string()),
+            pa.array(self._ids, pa.binary()),
+            pa.array(self._publish, _TIMESTAMP),
+            pa.array(self._events, _TIMESTAMP),
+            pa.MapArray.from_arrays(pa.array(self._prop_offsets, pa.int32()), pa.array(self._prop_keys, pa.string()),
+                                    pa.array(self._prop_values, pa.string()), type=_PROPERTIES),
+            pa.array([self.region] * n, pa.string()),
+            pa.array(self._producers, pa.string()),
+            pa.array(self._sequences, pa.int64()),
+            pa.array(self._replicated, pa.string()),
+            pa.array(self._ledgers, pa.int64()),
+            pa.array(self._entries, pa.int64()),
+            pa.array(self._indexes, pa.int32()),
+        ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

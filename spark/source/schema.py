@@ -1,0 +1,65 @@
+"""The rows the source returns: one per message, in Spark's and Arrow's terms (the two must agree exactly).
+
+Spark checks each Arrow record batch a Python data source yields against the Arrow form of the declared
+schema (types *and* nullability), so :data:`ARROW_SCHEMA` is written out to match what
+``pyspark.sql.pandas.types.to_arrow_schema(SCHEMA, timezone="UTC")`` makes (a unit test holds them equal).
+
+==========================  ===========================  ===================================================
+column                      type                         meaning
+==========================  ===========================  ===================================================
+``value``                   binary                       the payload
+``__key``                   string, nullable             partition key
+``__topic``                 string                       the topic (a partition's own name)
+``__messageId``             binary                       ``MessageIdData`` as pulsar-client serializes it
+``__publishTime``           timestamp                    publish time (the producer's, kept by replication)
+``__eventTime``             timestamp, nullable          event time if set
+``__messageProperties``     map<string,string>           properties
+``__region``                string                       the region (cluster) this copy was read from
+``__producerName``          string                       producer name (the origin's for replicated copies)
+``__sequenceId``            long                         sequence id (a batch's + index when not stored)
+``__replicatedFrom``        string, nullable             origin cluster of a replicated copy
+``__ledgerId``              long
+``__entryId``               long
+``__batchIndex``            int                          -1 for a non-batched entry, else index in batch
+==========================  ===========================  ===================================================
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "spark_schema"]
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_PROPERTIES = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+
+# (name, Spark DDL type, Arrow type, nullable)
+_COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
+    ("value", "binary", pa.binary(), False),
+    ("__key", "string", pa.string(), True),
+    ("__topic", "string", pa.string(), False),
+    ("__messageId", "binary", pa.binary(), False),
+    ("__publishTime", "timestamp", _TIMESTAMP, False),
+    ("__eventTime", "timestamp", _TIMESTAMP, True),
+    ("__messageProperties", "map<string,string>", _PROPERTIES, False),
+    ("__region", "string", pa.string(), False),
+    ("__producerName", "string", pa.string(), False),
+    ("__sequenceId", "bigint", pa.int64(), False),
+    ("__replicatedFrom", "string", pa.string(), True),
+    ("__ledgerId", "bigint", pa.int64(), False),
+    ("__entryId", "bigint", pa.int64(), False),
+    ("__batchIndex", "int", pa.int32(), False),
+)
+
+COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)
+ARROW_SCHEMA = pa.schema([pa.field(name, arrow, nullable=nullable) for name, _, arrow, nullable in _COLUMNS])
+
+
+def spark_schema():
+    """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported)."""
+    from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+                                   TimestampType)
+
+    types = {"binary": BinaryType(), "string": StringType(), "timestamp": TimestampType(), "bigint": LongType(),
+             "int": IntegerType(), "map<string,string>": MapType(StringType(), StringType(), valueContainsNull=False)}
+    return StructType([StructField(name, types[ddl], nullable) for name, ddl, _, nullable in _COLUMNS])

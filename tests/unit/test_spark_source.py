@@ -1,0 +1,208 @@
+"""The Spark source's pure parts: schema, message ids, entry decoding, planning, offsets (no servers, no JVM)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from magnetar.protocol import MessageId, compress, encode_entry, join_batch, pb
+from spark.source.decode import RowBuilder, encode_message_id
+from spark.source.errors import SourceDataError
+from spark.source.offsets import EARLIEST, Position, offsets_from_json, offsets_to_json
+from spark.source.planning import LedgerExtent, latest_position, plan_topic
+from spark.source.schema import ARROW_SCHEMA, COLUMNS, spark_schema
+
+TOPIC = "persistent://t/ns/x"
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _ms(when: datetime.datetime) -> int:
+    return (when - _EPOCH) // datetime.timedelta(milliseconds=1)
+
+# ------------------------------------------------------------------------------------------ schema
+
+
+def test_arrow_schema_is_what_spark_expects_of_the_declared_schema() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
+    assert list(COLUMNS) == ["value", "__key", "__topic", "__messageId", "__publishTime", "__eventTime",
+                             "__messageProperties", "__region", "__producerName", "__sequenceId", "__replicatedFrom",
+                             "__ledgerId", "__entryId", "__batchIndex"]
+
+
+# ------------------------------------------------------------------------------------------ message ids
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(-1, 2**31 - 1),
+       st.integers(0, 100_000), st.integers(1, 100_000))
+def test_message_id_bytes_equal_the_protocol_codec(ledger: int, entry: int, partition: int, index: int,
+                                                   size: int) -> None:
+    assert encode_message_id(ledger, entry, partition) == MessageId(ledger, entry, partition).serialize()
+    assert encode_message_id(ledger, entry, partition, index, size) == \
+        MessageId(ledger, entry, partition, index, size).serialize()
+
+
+def test_message_id_bytes_are_pulsar_clients() -> None:
+    pulsar = pytest.importorskip("pulsar")
+    data = encode_message_id(12, 34, 2, 5, 10)
+    mid = pulsar.MessageId.deserialize(data)
+    assert (mid.ledger_id(), mid.entry_id(), mid.partition(), mid.batch_index()) == (12, 34, 2, 5)
+    assert mid.serialize() == data
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+
+def _md(**fields) -> pb.MessageMetadata:
+    fields.setdefault("producer_name", "prod")
+    fields.setdefault("sequence_id", 100)
+    fields.setdefault("publish_time", 1_700_000_000_123)
+    return pb.MessageMetadata(**fields)
+
+
+def _batch(items: list[tuple[pb.SingleMessageMetadata, bytes]], codec: int = pb.NONE, **md) -> bytes:
+    raw = join_batch(items)
+    payload = compress(codec, raw) if codec != pb.NONE else raw
+    meta = _md(num_messages_in_batch=len(items), compression=codec, **md)
+    if codec != pb.NONE:
+        meta.uncompressed_size = len(raw)
+    return encode_entry(meta, payload)
+
+
+def _rows(builder: RowBuilder) -> list[dict]:
+    batch = builder.flush()
+    assert batch.schema.equals(ARROW_SCHEMA)
+    return batch.to_pylist()
+
+
+def test_single_message_entry_is_one_row() -> None:
+    md = _md(partition_key="k", event_time=1_700_000_000_999, replicated_from="us-east")
+    md.properties.add(key="a", value="1")
+    b = RowBuilder(TOPIC, "eu-west", -1)
+    assert b.add_entry(7, 3, encode_entry(md, b"hello")) == 1
+    (row,) = _rows(b)
+    assert row["value"] == b"hello" and row["__key"] == "k" and row["__topic"] == TOPIC
+    assert MessageId.deserialize(row["__messageId"]) == MessageId(7, 3)
+    assert _ms(row["__publishTime"]) == 1_700_000_000_123
+    assert _ms(row["__eventTime"]) == 1_700_000_000_999
+    assert row["__messageProperties"] == [("a", "1")]
+    assert (row["__region"], row["__producerName"], row["__sequenceId"], row["__replicatedFrom"]) == \
+        ("eu-west", "prod", 100, "us-east")
+    assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"]) == (7, 3, -1)
+
+
+@pytest.mark.parametrize("codec", [pb.NONE, pb.LZ4, pb.ZSTD, pb.ZLIB, pb.SNAPPY])
+def test_batched_entry_gives_one_row_per_member_with_its_own_metadata(codec: int) -> None:
+    items = []
+    for i in range(5):
+        sm = pb.SingleMessageMetadata(payload_size=0)
+        if i % 2:
+            sm.partition_key = f"k{i}"
+            sm.properties.add(key="i", value=str(i))
+            sm.event_time = 1_000 + i
+        if i == 4:
+            sm.sequence_id = 999
+        items.append((sm, f"m{i}".encode() * (i + 1)))
+    b = RowBuilder(f"{TOPIC}-partition-3", "r", 3)
+    assert b.add_entry(9, 0, _batch(items, codec)) == 5
+    rows = _rows(b)
+    assert [r["value"] for r in rows] == [p for _, p in items]
+    assert [r["__key"] for r in rows] == [None, "k1", None, "k3", None]
+    assert [r["__messageProperties"] for r in rows] == [[], [("i", "1")], [], [("i", "3")], []]
+    assert [None if r["__eventTime"] is None else _ms(r["__eventTime"]) for r in rows] == \
+        [None, 1_001, None, 1_003, None]
+    # A member's own sequence id wins; otherwise the entry's plus the index, as pulsar-client assigns them.
+    assert [r["__sequenceId"] for r in rows] == [100, 101, 102, 103, 999]
+    assert [r["__batchIndex"] for r in rows] == list(range(5))
+    assert [MessageId.deserialize(r["__messageId"]) for r in rows] == [MessageId(9, 0, 3, i, 5) for i in range(5)]
+    assert {r["__producerName"] for r in rows} == {"prod"} and {r["__replicatedFrom"] for r in rows} == {None}
+
+
+def test_markers_and_compacted_out_members_give_no_rows() -> None:
+    b = RowBuilder(TOPIC, "r", -1)
+    marker = _md(marker_type=pb.REPLICATED_SUBSCRIPTION_SNAPSHOT)
+    assert b.add_entry(1, 0, encode_entry(marker, b"\x00\x01")) == 0
+    assert b.markers == 1
+    gone = pb.SingleMessageMetadata(payload_size=0, compacted_out=True)
+    kept = pb.SingleMessageMetadata(payload_size=0)
+    assert b.add_entry(1, 1, _batch([(gone, b"a"), (kept, b"b")])) == 1
+    (row,) = _rows(b)
+    assert (row["value"], row["__batchIndex"], row["__sequenceId"]) == (b"b", 1, 101)
+
+
+def test_rows_accumulate_until_flushed() -> None:
+    b = RowBuilder(TOPIC, "r", -1)
+    for e in range(3):
+        b.add_entry(2, e, encode_entry(_md(sequence_id=e), b"x%d" % e))
+    assert b.rows == 3
+    assert [r["__entryId"] for r in _rows(b)] == [0, 1, 2]
+    assert b.rows == 0 and b.flush().num_rows == 0
+
+
+@pytest.mark.parametrize("entry", [b"", b"\x0e\x01\x00\x00\x00\x00garbage", b"not an entry at all"])
+def test_unreadable_entries_fail_naming_the_position(entry: bytes) -> None:
+    with pytest.raises(SourceDataError, match=r"entry 4:5"):
+        RowBuilder(TOPIC, "r", -1).add_entry(4, 5, entry)
+
+
+def test_a_batch_that_does_not_split_fails() -> None:
+    bad = encode_entry(_md(num_messages_in_batch=3), join_batch([(pb.SingleMessageMetadata(payload_size=0), b"a")]))
+    with pytest.raises(SourceDataError, match="cannot be read as messages"):
+        RowBuilder(TOPIC, "r", -1).add_entry(4, 5, bad)
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def _plan(extents, **kwargs):
+    kwargs.setdefault("max_entries_per_split", 1000)
+    return [(s.ledger_id, s.first_entry_id, s.last_entry_id)
+            for s in plan_topic("r", "zk:1", TOPIC, -1, extents, **kwargs)]
+
+
+def test_every_ledger_with_entries_is_a_split_and_big_ones_are_cut() -> None:
+    extents = [LedgerExtent(3, 9), LedgerExtent(5, -1), LedgerExtent(8, 24, closed=False)]
+    assert _plan(extents) == [(3, 0, 9), (8, 0, 24)]
+    assert _plan(extents, max_entries_per_split=10) == [(3, 0, 9), (8, 0, 9), (8, 10, 19), (8, 20, 24)]
+
+
+def test_start_is_inclusive_and_end_exclusive() -> None:
+    extents = [LedgerExtent(3, 9), LedgerExtent(5, 9), LedgerExtent(8, 9)]
+    assert _plan(extents, start=Position(3, 4), end=Position(8, 2)) == [(3, 4, 9), (5, 0, 9), (8, 0, 1)]
+    assert _plan(extents, start=Position(5, 10)) == [(8, 0, 9)]
+    assert _plan(extents, start=Position(4, 0), end=Position(5, 0)) == []
+    assert _plan(extents, end=Position(3, 1)) == [(3, 0, 0)]
+
+
+@given(st.lists(st.integers(-1, 30), min_size=1, max_size=6), st.integers(1, 7), st.integers(0, 8),
+       st.integers(0, 31), st.integers(0, 8), st.integers(0, 31))
+def test_splits_cover_exactly_the_range(lasts, max_entries, sl, se, el, ee) -> None:
+    extents = [LedgerExtent(i, last) for i, last in enumerate(lasts)]
+    start, end = Position(sl, se), Position(el, ee)
+    got = []
+    for ledger, first, last in _plan(extents, start=start, end=end, max_entries_per_split=max_entries):
+        assert last - first + 1 <= max_entries
+        got += [(ledger, e) for e in range(first, last + 1)]
+    expected = [(i, e) for i, last in enumerate(lasts) for e in range(last + 1) if start <= Position(i, e) < end]
+    assert got == expected
+
+
+def test_latest_position_stops_at_the_first_open_ledger_and_never_goes_back() -> None:
+    assert latest_position([]) == EARLIEST
+    assert latest_position([LedgerExtent(3, 9), LedgerExtent(5, -1), LedgerExtent(8, 4, closed=False)]) == \
+        Position(8, 5)
+    # An older ledger still open (a rollover in progress): the offset waits for it to close.
+    assert latest_position([LedgerExtent(3, 9, closed=False), LedgerExtent(5, 4, closed=False)]) == Position(3, 10)
+    assert latest_position([LedgerExtent(3, 2, closed=False)], floor=Position(3, 5)) == Position(3, 5)
+
+
+def test_offsets_round_trip_through_spark_json() -> None:
+    offsets = {"us-east": {TOPIC: Position(3, 4)}, "eu-west": {}}
+    doc = offsets_to_json(offsets)
+    assert json.loads(json.dumps(doc)) == {"eu-west": {}, "us-east": {TOPIC: {"ledgerId": 3, "entryId": 4}}}
+    assert offsets_from_json(doc) == offsets
