@@ -18,6 +18,7 @@ COPY replicator ./replicator
 COPY clusters ./clusters
 COPY observability ./observability
 COPY proxy ./proxy
+COPY spark ./spark
 RUN pip install --no-cache-dir . && rm -rf build
 
 # Configuration files are mounted here by docker-compose.yml; data goes to a volume under /var/lib/magnetar.
