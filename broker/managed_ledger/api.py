@@ -184,6 +184,11 @@ class ManagedLedger(abc.ABC):
     async def trim(self) -> int:
         """Deletes ledgers every cursor has passed and retention no longer keeps; returns how many."""
 
+    def set_retention(self, time_s: float, size_bytes: int) -> None:
+        """How long and how much consumed data this managed ledger keeps from now on (-1: no limit of that
+        kind), as a namespace's retention policy says; the next trim applies it. This default ignores it (test
+        doubles keep everything until trimmed); ``ManagedLedgerImpl`` replaces its configuration's values."""
+
     @property
     def properties(self) -> dict[str, str]:
         """The managed ledger's properties (Pulsar's ``ManagedLedger.getProperties``). This default keeps them

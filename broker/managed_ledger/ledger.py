@@ -33,6 +33,7 @@ another broker) creates no new ledger and stays Terminated; reads, cursors and t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import time
@@ -437,6 +438,12 @@ class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
         self._flusher.schedule(cursor)
 
     # ------------------------------------------------------------------------------------------ trimming
+
+    def set_retention(self, time_s: float, size_bytes: int) -> None:
+        if (time_s, size_bytes) != (self.config.retention_time_s, self.config.retention_size_bytes):
+            self.config = dataclasses.replace(self.config, retention_time_s=time_s, retention_size_bytes=size_bytes)
+            log.info("[%s] retention: %s s, %s bytes", self.name, time_s, size_bytes)
+            self._trim_requested.set()
 
     async def trim(self) -> int:
         """Deletes the ledgers every durable cursor has passed and retention no longer keeps (never the

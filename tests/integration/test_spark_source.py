@@ -380,3 +380,25 @@ def test_stream_picks_up_messages_produced_after_it_started(spark, regions, loca
         assert query.exception() is None
     finally:
         query.stop()
+
+
+def test_a_namespaces_retention_keeps_consumed_ledgers_until_lifted(spark, regions, east_client) -> None:
+    """Regression: a namespace's retention policy did not reach its topics' managed ledgers, so a topic without
+    subscriptions lost each ledger as soon as it rolled over, whatever the policy said. With unlimited retention
+    every message stays readable; back to no retention, the rolled-over ledgers are trimmed."""
+    east = regions[EAST]
+    namespace = regions.create_replicated_namespace(TENANT, f"kept-{uuid.uuid4().hex[:6]}", [EAST])
+    retention = f"/admin/v2/namespaces/{namespace}/retention"
+    east.admin("POST", retention, {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    topic = new_topic(namespace, "kept")
+    sent = produce(east_client, topic, 3 * ENTRIES_PER_LEDGER + 10, name="kept", batching=False, one_by_one=True)
+    unload(east, topic)
+
+    def ledgers() -> int:
+        return len(east.admin("GET", f"/admin/v2/{topic_path(topic)}/internalStats")["ledgers"])
+
+    assert ledgers() >= 4  # nothing trimmed: no subscription, but retention keeps it all
+    assert reader(spark, east, topic=topic).load().count() == len(sent)
+
+    east.admin("POST", retention, {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+    wait_for(lambda: ledgers() <= 1, 30, interval_s=0.5, what="the consumed ledgers trimmed once retention is 0")

@@ -68,6 +68,7 @@ class Topic(TopicSubscriptions, TopicCommon):
     def __init__(self, service: "BrokerService", topic_name: TopicName, ml: ManagedLedger) -> None:
         self.service = service
         self.config = service.config
+        self._broker_retention: Optional[tuple[float, int]] = None  # before any namespace policy (first apply)
         self.topic_name = topic_name
         self.name = str(topic_name)
         self.ml = ml
@@ -127,6 +128,7 @@ class Topic(TopicSubscriptions, TopicCommon):
     async def apply_policies(self, policies: Optional["Policies"]) -> None:
         async with self._policy_lock:
             self.policies = policies
+            self._apply_retention(policies)
             delayed_policy.policies_changed(self)
             self.rate_limits.refresh()
             dedup = policies.deduplication_enabled if policies is not None else None
@@ -137,6 +139,22 @@ class Topic(TopicSubscriptions, TopicCommon):
             else:
                 await self.dedup.disable()
             await self._apply_replication()
+
+    def _apply_retention(self, policies: Optional["Policies"]) -> None:
+        """The namespace's retention policy reaches the managed ledger (minutes and MB; -1: unlimited). A
+        namespace without one (both 0, the stored default) keeps the broker's ``managed_ledger_retention_*``."""
+        ml_config = getattr(self.ml, "config", None)  # the broker's managed_ledger_retention_* (test doubles: none)
+        if self._broker_retention is None:
+            self._broker_retention = ((ml_config.retention_time_s, ml_config.retention_size_bytes)
+                                      if ml_config is not None else (0, 0))
+        defaults = self._broker_retention
+        if policies is None or (policies.retention_time_in_minutes, policies.retention_size_in_mb) == (0, 0):
+            time_s, size_bytes = defaults
+        else:
+            minutes, mb = policies.retention_time_in_minutes, policies.retention_size_in_mb
+            time_s = -1 if minutes < 0 else minutes * 60
+            size_bytes = -1 if mb < 0 else mb * 1024 * 1024
+        self.ml.set_retention(time_s, size_bytes)
 
     async def set_topic_replication_clusters(self, clusters: Optional[list[str]]) -> None:
         """The topic-level override of the namespace's replication clusters changed (None: removed)."""
