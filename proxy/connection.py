@@ -51,6 +51,7 @@ from .handshake import (ALLOWED, HANDSHAKE_FRAME_BYTES_MAX, HANDSHAKING, LOOKUP_
                         decode_one, error, rejection, request_id_of, split_frame)
 from .relay import BrokerLink, BrokerRefusedError, close_transport
 from .tls import failure_reason, peer_certificate, start_tls_server
+from .transports import release_transport
 
 __all__ = ["ProxyConnection"]
 
@@ -424,6 +425,7 @@ class ProxyConnection(asyncio.Protocol):
         return False  # no half-closed connections
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
+        release_transport(self.transport)  # a plain socket's; a TLS one's is released by its TLS protocol
         self._finish("the client closed the connection" + (f": {exc}" if exc else ""))
 
     def _refuse(self, code: int, message: str, *, request_id: int = NO_REQUEST_ID) -> None:
