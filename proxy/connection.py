@@ -125,6 +125,9 @@ class ProxyConnection(asyncio.Protocol):
         self._last_received_s = self._loop.time()
         self._handshake_timer = self._loop.call_later(ctx.handshake_timeout_s, self._handshake_timed_out)
         if self.tls:
+            # Not a byte of the TLS handshake may reach this protocol: the upgrade reads it (asyncio's own event
+            # loop would not read before the upgrade task runs anyway; others, such as uvloop, already may).
+            transport.pause_reading()
             self._spawn(self._upgrade_to_tls(transport), "tls")
         else:
             self.state = ConnectionState.AWAITING_CONNECT
