@@ -45,6 +45,7 @@ from .limits import ConnectionLimiter, RequestLimiter
 from .lookups import LookupProxy
 from .memory import HeapTrimmer
 from .metrics import ProxyCollector, ProxyStats
+from .scheduling import request_slice
 from .server import ProxyServer
 from .tls import server_tls
 
@@ -144,6 +145,8 @@ class ProxyProcess:
                                         after_closed=config.heap_trim_after_closed_connections,
                                         check_interval_s=config.heap_trim_check_interval_ms / 1000)
         self.heap_trimmer.start()
+        if config.event_loop_slice_us:
+            log.info("event loop's scheduler slice: %s µs", request_slice(config.event_loop_slice_us) or "unknown")
         self._state = "started"
         log.info("proxy ready: %s (cluster %s)", ", ".join(self.urls()), config.cluster)
 

@@ -237,6 +237,8 @@ def test_the_sample_proxy_toml_loads() -> None:
     ({"authentication_refresh_check_ms": 0}, "authentication_refresh_check_ms must be positive"),
     ({"heap_trim_after_closed_connections": -1}, "heap_trim_after_closed_connections must be 0"),
     ({"heap_trim_check_interval_ms": 0}, "heap_trim_check_interval_ms must be positive"),
+    ({"event_loop_slice_us": 50}, "event_loop_slice_us must be 0"),
+    ({"event_loop_slice_us": 200_000}, "event_loop_slice_us must be 0"),
 ])
 def test_inconsistent_settings_are_refused_naming_the_setting(changes, message) -> None:
     values = {"data_dir": "/tmp/p", "zookeeper": "zk:2181", "tls_cert_file": "c.pem", "tls_key_file": "k.pem",
