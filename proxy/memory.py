@@ -8,9 +8,10 @@ glibc's ``malloc``. When thousands of connections close at once (a load balancer
 restarts), glibc keeps what they freed for reuse: the process's servers raise its trim threshold to 256 MiB
 (``observability.runtime.keep_large_blocks``), and the long-lived tables that grew meanwhile (the event loop's
 file-descriptor maps, the set of connections) sit above the freed space, so the heap's top is not free anyway.
-Measured on the proxy: 10,000 idle TLS connections opened and closed left the process at 210 MiB resident, 185 MiB
-of it free heap, the same after every further round (a plateau, not a leak); ``malloc_trim(0)`` brought it to
-78 MiB.
+Measured on the proxy: three rounds of 5,000 idle TLS connections opened and closed left the process at 210 MiB
+resident after each round (a plateau, not a leak; 57 MiB before the first), 185-205 MiB of the heap free;
+``malloc_trim(0)`` brought it to 78 MiB. With ``bench/proxy.py``'s 10,000: 213 MiB right after closing, 108 MiB
+once the trimmer had run (490-510 MiB, kept, before this and the release of closed transports).
 
 :class:`HeapTrimmer` checks every ``check_interval_s`` how many client connections closed since it last trimmed;
 from ``after_closed`` on, and when glibc reports at least ``free_bytes_min`` free in its main heap, it calls
