@@ -24,14 +24,18 @@ Four measurements, each skippable (``--skip-throughput``, ``--skip-latency``, ``
    during its run (``/proc/PID/stat``) is given per message: on a shared machine msg/s move with the neighbours'
    load, CPU per message much less.
 2. **Latency.** The same at a fixed ``--rate`` (10,000 msg/s): send-to-receipt p50 / p99 / p99.9 per path, and
-   what the proxy adds to the direct path's.
+   what the proxy adds to the direct path's. With each produce run go how busy the machine's CPUs were and the
+   p99 of the proxy's event-loop lag (how late it ran a 50 ms timer: how long one wake-up of the proxy waited
+   for a CPU). A message through the proxy wakes it twice (in, and its receipt out): near 100 % busy, what the
+   proxy adds is mostly those waits, whatever the proxy's own code costs.
 3. **Connection rate.** ``--connect-workers`` asyncio tasks in this process, each in a loop for
    ``--connect-seconds``: TCP connect, TLS handshake (chain and host name verified), CONNECT with the token,
    CONNECTED, close. Connections per second, and p50 / p99 of one such round. This process's own TLS work runs
    on the same machine: the figure is a floor for the proxy alone.
 4. **Idle memory.** The proxy's RSS (``VmRSS`` of ``/proc/PID/status``) before and after this process opens
    ``--idle-connections`` (10,000) TLS connections that completed CONNECT and stay idle (answering the proxy's
-   PINGs), and again after they are closed. The open-files limit of this process, which the proxy inherits, is
+   PINGs), again after they are closed, and the lowest it goes in the 15 s after that (the proxy gives freed heap
+   back to the system on a 10 s timer). The open-files limit of this process, which the proxy inherits, is
    raised towards its hard limit when the connections need it.
 
 Parts 3 and 4 connect with ``bench/proxy_clients.py`` (Magnetar's frame codec on asyncio, 16 KiB TLS buffers).
@@ -177,10 +181,54 @@ def raise_open_files_limit(wanted: int) -> int:
 # --------------------------------------------------------------------------------------------------------
 
 
+def machine_cpu() -> tuple[int, int]:
+    """All CPUs' time so far and the idle part of it (``/proc/stat``, clock ticks)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+_LAG = "magnetar_event_loop_lag_seconds_bucket"
+
+
+def loop_lag_buckets(dep: Deployment) -> dict[float, float]:
+    """The proxy's event-loop lag histogram (``magnetar_event_loop_lag_seconds``): upper bound (s) -> count;
+    empty when its metrics cannot be read."""
+    try:
+        samples = dep.proxy.metrics()
+    except OSError:
+        return {}
+    found = {}
+    for key, value in samples.items():
+        if key.startswith(_LAG + "{"):
+            bound = key.split('le="', 1)[1].split('"', 1)[0]
+            found[float("inf") if bound == "+Inf" else float(bound)] = value
+    return found
+
+
+def lag_p99_ms(before: dict[float, float], after: dict[float, float]) -> Optional[float]:
+    """p99 of the lag observed between two readings of :func:`loop_lag_buckets`, as the upper bound of the bucket
+    it falls in (ms; None: no observation, or beyond the last finite bucket)."""
+    bounds = sorted(after)
+    if not bounds:
+        return None
+    counts = {b: after[b] - before.get(b, 0.0) for b in bounds}
+    total = counts[bounds[-1]]
+    if total <= 0:
+        return None
+    for b in bounds:  # cumulative buckets
+        if counts[b] >= 0.99 * total:
+            return None if b == float("inf") else b * 1000
+    return None
+
+
 def perf_produce(dep: Deployment, route: Route, *, seconds: float, rate: float, processes: int,
                  size_bytes: int, client: str) -> dict[str, Any]:
-    """One ``magnetar perf produce`` run on a fresh topic; its JSON summary, with the proxy's
-    CPU seconds over the run added (``proxy_cpu_s``)."""
+    """One ``magnetar perf produce`` run on a fresh topic; its JSON summary, with the proxy's CPU seconds over the
+    run added (``proxy_cpu_s``), how busy the machine's CPUs were (``machine_busy_pct``: on a shared machine
+    latency figures taken near 100 % tell of the neighbours, not of the path) and the p99 of the proxy's
+    event-loop lag meanwhile (``proxy_loop_lag_p99_ms``: how late the proxy ran a 50 ms timer, i.e. how long a
+    wake-up of the proxy waited; every message through the proxy needs one on its way in and one on its way out)."""
     topic = f"persistent://public/default/bench-proxy-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "produce.json"
@@ -192,15 +240,19 @@ def perf_produce(dep: Deployment, route: Route, *, seconds: float, rate: float, 
         env = dict(os.environ)
         if dep.token:
             env["MAGNETAR_AUTH_TOKEN"] = dep.token  # not on the command line
-        cpu_before = cpu_seconds(dep.proxy_pid)
+        cpu_before, machine_before, lag_before = cpu_seconds(dep.proxy_pid), machine_cpu(), loop_lag_buckets(dep)
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=seconds + 180)
         cpu_used = cpu_seconds(dep.proxy_pid) - cpu_before
+        machine_after, lag_after = machine_cpu(), loop_lag_buckets(dep)
         sys.stderr.write(proc.stdout)
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             return {"error": lines[-1] if lines else f"exit code {proc.returncode}"}
         summary = json.loads(out.read_text())
     summary["proxy_cpu_s"] = round(cpu_used, 3)
+    ticks, idle = machine_after[0] - machine_before[0], machine_after[1] - machine_before[1]
+    summary["machine_busy_pct"] = round(100 * (1 - idle / ticks), 1) if ticks > 0 else 0.0
+    summary["proxy_loop_lag_p99_ms"] = lag_p99_ms(lag_before, lag_after)
     return summary
 
 
@@ -243,12 +295,15 @@ def median_of_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
     keys = set.intersection(*(set(r["latency_ms"]) for r in rounds))
+    lags = [r["proxy_loop_lag_p99_ms"] for r in rounds if r.get("proxy_loop_lag_p99_ms") is not None]
     return {
         "msg_per_s": median([r["msg_per_s"] for r in rounds]),
         "mb_per_s": median([r["mb_per_s"] for r in rounds]),
         "latency_ms": {k: median([r["latency_ms"][k] for r in rounds]) for k in sorted(keys)},
         "proxy_cpu_us_per_msg": median([r["proxy_cpu_s"] * 1e6 / r["messages"] if r["messages"] else 0.0
                                         for r in rounds]),
+        "machine_busy_pct": median([r.get("machine_busy_pct", 0.0) for r in rounds]),
+        "proxy_loop_lag_p99_ms": median(lags) if lags else None,
         "messages": sum(r["messages"] for r in rounds),
         "errors": sum(r["errors"] for r in rounds),
         "rounds": rounds,
@@ -279,6 +334,10 @@ class Table:
         return "\n".join(lines)
 
 
+def _ms_or_dash(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -293,18 +352,23 @@ def _produce_rows(table: Table, dep: Deployment, results: dict[str, dict[str, An
             table.add(f"{title} {name}: error", err)
         return
     cpu = [f"{results[n]['proxy_cpu_us_per_msg']:.1f}" for n in names]
+    busy = [f"{results[n].get('machine_busy_pct', 0.0):.0f} %" for n in names]
+    lag = [_ms_or_dash(results[n].get("proxy_loop_lag_p99_ms")) for n in names]
     if not fixed_rate:
         ratio = proxy["msg_per_s"] / base["msg_per_s"] * 100 if base["msg_per_s"] else 0.0
         table.add("published msg/s, max rate", *[f"{results[n]['msg_per_s']:,.0f}" for n in names],
                   f"{ratio:.1f} %")
         table.add("  MB/s", *[f"{results[n]['mb_per_s']:.2f}" for n in names])
         table.add("  proxy CPU µs per message", *cpu)
+        table.add("  machine CPUs busy", *busy)
         return
     table.add("achieved msg/s, fixed rate", *[f"{results[n]['msg_per_s']:,.0f}" for n in names])
     for key in ("p50", "p99", "p99.9"):
         values = [results[n]["latency_ms"].get(key, 0.0) for n in names]
         table.add(f"  publish latency {key} ms", *[f"{v:.3f}" for v in values], f"{values[-1] - values[0]:+.3f} ms")
     table.add("  proxy CPU µs per message", *cpu)
+    table.add("  machine CPUs busy", *busy)
+    table.add("  proxy event-loop lag p99 ms", *lag)
 
 
 def render(dep: Deployment, figures: dict[str, Any], args: argparse.Namespace) -> str:
@@ -328,6 +392,7 @@ def render(dep: Deployment, figures: dict[str, Any], args: argparse.Namespace) -
         table.add(f"proxy RSS with {m['connections']:,} idle TLS connections", *cells, _mib(m["rss_idle_bytes"]))
         table.add("  per idle connection", *cells, f"{m['per_connection_bytes'] / 1024:.1f} KiB")
         table.add("  proxy RSS after closing them", *cells, _mib(m["rss_after_close_bytes"]))
+        table.add(f"  lowest in the {m['settle_s']:g} s after", *cells, _mib(m["rss_settled_bytes"]))
         table.add("  opened in / failed attempts", *cells, f"{m['open_s']:.1f} s / {m['failures']}")
     auth = "token auth" if dep.token else "no auth"
     rounds = f", medians of {args.rounds} rounds" if args.rounds > 1 else ""

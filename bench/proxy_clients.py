@@ -222,8 +222,11 @@ async def measure_connect_rate(target: ProxyTarget, *, seconds: float, workers: 
     }
 
 
-async def measure_idle_memory(target: ProxyTarget, *, count: int, concurrency: int) -> dict[str, Any]:
-    """The proxy's RSS before, with ``count`` idle connections that completed CONNECT, and after closing them."""
+async def measure_idle_memory(target: ProxyTarget, *, count: int, concurrency: int,
+                              settle_s: float = 15.0) -> dict[str, Any]:
+    """The proxy's RSS before, with ``count`` idle connections that completed CONNECT, right after closing them,
+    and the lowest it went in the ``settle_s`` that follow (the proxy gives freed heap back on a timer, every
+    ``heap_trim_check_interval_ms``, 10 s by default)."""
     context, frame = _client_tls(target), connect_frame(target.token)
     host, port, pid = target.host, target.port, target.pid
     before = rss_bytes(pid)
@@ -259,11 +262,17 @@ async def measure_idle_memory(target: ProxyTarget, *, count: int, concurrency: i
         await close_all(conns)
     await _wait_active_below(target, 1)
     after_close = rss_bytes(pid)
+    settled = after_close
+    settle_until = loop.time() + settle_s
+    while loop.time() < settle_until:
+        await asyncio.sleep(0.5)
+        settled = min(settled, rss_bytes(pid))
     held = len(conns)
     return {
         "connections": held, "still_open": still_open, "proxy_active_connections": int(active),
         "open_s": round(opened_s, 2), "failures": sum(failures.values()), "failure_kinds": failures,
         "rss_before_bytes": before, "rss_idle_bytes": with_idle, "rss_after_close_bytes": after_close,
+        "rss_settled_bytes": settled, "settle_s": settle_s,
         "per_connection_bytes": round((with_idle - before) / held) if held else 0,
     }
 

@@ -13,6 +13,8 @@ from magnetar.auth.settings import BrokerClientSettings, SecuritySettings
 from magnetar.config import RegionServerSettings, TomlSettings, check_ports, derive
 from magnetar.errors import ConfigError
 
+from .scheduling import SLICE_US_MAX, SLICE_US_MIN
+
 _MiB = 1024 * 1024
 
 
@@ -63,6 +65,14 @@ class ProxyConfig(TomlSettings, RegionServerSettings, SecuritySettings):
         http_request_body_max_bytes: larger admin REST bodies are refused with 413.
         http_timeout_ms: how long a broker may take to answer a forwarded HTTP request.
         shutdown_grace_ms: on SIGTERM, how long open connections get to finish before they are cut.
+        heap_trim_after_closed_connections: once this many client connections closed since the last time, the
+            proxy gives the heap they freed back to the system (glibc's ``malloc_trim``, when at least 16 MiB
+            of it is free; see :mod:`proxy.memory`); 0: never.
+        heap_trim_check_interval_ms: how often that is checked.
+        event_loop_slice_us: the CPU slice the proxy's event-loop thread asks Linux's scheduler for (Linux
+            6.12+, 100 to 100,000): a short one gets the loop running sooner after it wakes on a busy machine,
+            which is most of what the proxy adds to latency there (see :mod:`proxy.scheduling`); 0: the
+            kernel's default.
 
     The other security settings are :class:`magnetar.auth.settings.SecuritySettings`'s, shared with brokers:
     ``tls_*`` (the certificate and policy of both TLS ports), ``authentication_*`` and ``token_*`` (who may connect:
@@ -95,6 +105,9 @@ class ProxyConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     http_request_body_max_bytes: int = 5 * _MiB
     http_timeout_ms: int = 30_000
     shutdown_grace_ms: int = 5_000
+    heap_trim_after_closed_connections: int = 1_000
+    heap_trim_check_interval_ms: int = 10_000
+    event_loop_slice_us: int = 100
 
     # -- derived ---------------------------------------------------------------------------------------
 
@@ -116,10 +129,17 @@ class ProxyConfig(TomlSettings, RegionServerSettings, SecuritySettings):
         positive = ("max_concurrent_inbound_connections", "max_concurrent_lookup_requests", "handshake_timeout_ms",
                     "keep_alive_interval_ms", "lookup_timeout_ms", "broker_connect_timeout_ms",
                     "max_lookup_redirects", "relay_buffer_bytes", "zk_session_timeout_ms",
-                    "http_request_body_max_bytes", "http_timeout_ms", "shutdown_grace_ms")
+                    "http_request_body_max_bytes", "http_timeout_ms", "shutdown_grace_ms",
+                    "heap_trim_check_interval_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.event_loop_slice_us and not SLICE_US_MIN <= self.event_loop_slice_us <= SLICE_US_MAX:
+            raise ConfigError(f"event_loop_slice_us must be 0 (the kernel's default) or {SLICE_US_MIN}.."
+                              f"{SLICE_US_MAX}, not {self.event_loop_slice_us}")
+        if self.heap_trim_after_closed_connections < 0:
+            raise ConfigError(f"heap_trim_after_closed_connections must be 0 (never) or more, "
+                              f"not {self.heap_trim_after_closed_connections}")
         if self.max_concurrent_inbound_connections_per_ip < 0:
             raise ConfigError(f"max_concurrent_inbound_connections_per_ip must be 0 (no limit) or more, "
                               f"not {self.max_concurrent_inbound_connections_per_ip}")

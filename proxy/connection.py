@@ -51,6 +51,7 @@ from .handshake import (ALLOWED, HANDSHAKE_FRAME_BYTES_MAX, HANDSHAKING, LOOKUP_
                         decode_one, error, rejection, request_id_of, split_frame)
 from .relay import BrokerLink, BrokerRefusedError, close_transport
 from .tls import failure_reason, peer_certificate, start_tls_server
+from .transports import release_transport
 
 __all__ = ["ProxyConnection"]
 
@@ -124,6 +125,9 @@ class ProxyConnection(asyncio.Protocol):
         self._last_received_s = self._loop.time()
         self._handshake_timer = self._loop.call_later(ctx.handshake_timeout_s, self._handshake_timed_out)
         if self.tls:
+            # Not a byte of the TLS handshake may reach this protocol: the upgrade reads it (asyncio's own event
+            # loop would not read before the upgrade task runs anyway; others, such as uvloop, already may).
+            transport.pause_reading()
             self._spawn(self._upgrade_to_tls(transport), "tls")
         else:
             self.state = ConnectionState.AWAITING_CONNECT
@@ -424,6 +428,7 @@ class ProxyConnection(asyncio.Protocol):
         return False  # no half-closed connections
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
+        release_transport(self.transport)  # a plain socket's; a TLS one's is released by its TLS protocol
         self._finish("the client closed the connection" + (f": {exc}" if exc else ""))
 
     def _refuse(self, code: int, message: str, *, request_id: int = NO_REQUEST_ID) -> None:

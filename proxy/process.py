@@ -43,7 +43,9 @@ from .errors import ProxyStartError
 from .http import ForwardingSettings, make_app
 from .limits import ConnectionLimiter, RequestLimiter
 from .lookups import LookupProxy
+from .memory import HeapTrimmer
 from .metrics import ProxyCollector, ProxyStats
+from .scheduling import request_slice
 from .server import ProxyServer
 from .tls import server_tls
 
@@ -77,6 +79,7 @@ class ProxyProcess:
         self._http_session: Optional[aiohttp.ClientSession] = None
         self._runner: Optional[web.AppRunner] = None
         self.runtime_metrics: Optional[RuntimeMetrics] = None
+        self.heap_trimmer: Optional[HeapTrimmer] = None
         self._state = "new"
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -137,6 +140,13 @@ class ProxyProcess:
         self._write_endpoints()
         self.runtime_metrics = RuntimeMetrics(self.registry)
         self.runtime_metrics.start()
+        stats, limiter = self.stats, self.ctx.limiter
+        self.heap_trimmer = HeapTrimmer(closed_connections=lambda: stats.new_connections - limiter.active,
+                                        after_closed=config.heap_trim_after_closed_connections,
+                                        check_interval_s=config.heap_trim_check_interval_ms / 1000)
+        self.heap_trimmer.start()
+        if config.event_loop_slice_us:
+            log.info("event loop's scheduler slice: %s µs", request_slice(config.event_loop_slice_us) or "unknown")
         self._state = "started"
         log.info("proxy ready: %s (cluster %s)", ", ".join(self.urls()), config.cluster)
 
@@ -177,6 +187,8 @@ class ProxyProcess:
         self._state = "closing"
         if self.runtime_metrics is not None:
             self.runtime_metrics.close()
+        if self.heap_trimmer is not None:
+            await self.heap_trimmer.close()
         grace_s = self.config.shutdown_grace_ms / 1000
         if self.server is not None:
             await self.server.close(grace_s=grace_s)

@@ -36,6 +36,7 @@ from .errors import BrokerUnavailableError, ProxyError
 from .handshake import PROXY_VERSION, decode_one, split_frame
 from .metrics import ProxyStats
 from .targets import BrokerEndpoint
+from .transports import release_transport
 
 __all__ = ["BrokerLink", "BrokerRefusedError", "CLOSE_GRACE_S", "close_transport"]
 
@@ -199,6 +200,7 @@ class BrokerLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self.state = LinkState.CLOSED
+        release_transport(self.transport)
         if not self._handshake.done():
             self._handshake.set_exception(BrokerUnavailableError(
                 f"broker {self.endpoint.url} closed the connection during the handshake"

@@ -8,9 +8,15 @@ it) and required with ``tls_require_trusted_client_cert``. Towards brokers, :fun
 
 Idle memory. asyncio's TLS transport gives every connection a 256 KiB receive buffer, allocated and zeroed
 when the connection is made: 10,000 idle clients would hold 2.5 GiB. :func:`start_tls_server` upgrades an
-accepted socket as ``loop.start_tls`` does, with a 16 KiB buffer (one TLS record, the most one read returns);
-CPython already lets OpenSSL release its own buffers while a connection is idle. Should asyncio's TLS
-protocol not have the shape this relies on, it falls back to ``loop.start_tls``.
+accepted socket as ``loop.start_tls`` does, with a protocol that reads every connection's ciphertext into one
+256 KiB buffer shared by the thread's connections (a connection holds none of its own), and decrypts one TLS
+record (16 KiB) per ``SSLObject.read``. Sharing is safe because the event loop fills the buffer and hands it
+over in one callback (``get_buffer``, ``recv_into``, ``buffer_updated``), and ``buffer_updated`` copies the
+bytes into the connection's own incoming ``MemoryBIO`` before it returns: no other read comes in between and
+no view of the buffer outlives the callback. CPython already lets OpenSSL release its own buffers while a
+connection is idle; what stays is OpenSSL's per-connection state (about 17 KiB with OpenSSL 3.0). The same
+protocol releases the socket transport under it when the connection is lost (:mod:`proxy.transports`). Should
+asyncio's TLS protocol not have the shape this relies on, it falls back to ``loop.start_tls``.
 """
 
 from __future__ import annotations
@@ -19,18 +25,22 @@ import asyncio
 import inspect
 import logging
 import ssl
+import threading
 from asyncio import sslproto
 from typing import Optional
 
 from magnetar.auth.tls import ReloadingServerContext, TlsSettings, client_context, handshake_failure
 
 from .config import ProxyConfig
+from .transports import release_transport
 
 __all__ = ["broker_client_context", "failure_reason", "server_tls", "start_tls_server"]
 
 log = logging.getLogger("proxy.tls")
 
-_RECEIVE_BUFFER_BYTES = 16 * 1024
+_RECEIVE_BUFFER_BYTES = 256 * 1024  # one socket read, as asyncio's own TLS protocol reads
+_RECORD_BYTES = 16 * 1024  # one SSLObject.read: a TLS record's plaintext, the most one read returns
+_shared = threading.local()
 
 
 def server_tls(config: ProxyConfig) -> ReloadingServerContext:
@@ -56,21 +66,44 @@ def broker_client_context(config: ProxyConfig, *, cert_file: str = "", key_file:
                           verify_hostname=config.tls_hostname_verification_enabled)
 
 
-class _CompactSSLProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a receive buffer of one TLS record instead of 256 KiB."""
+def _receive_buffer() -> tuple[bytearray, memoryview]:
+    """This thread's shared receive buffer (made on first use) and a view of it."""
+    buffer = getattr(_shared, "buffer", None)
+    if buffer is None:
+        buffer = _shared.buffer = bytearray(_RECEIVE_BUFFER_BYTES)
+        _shared.view = memoryview(buffer)
+    return buffer, _shared.view
 
-    max_size = _RECEIVE_BUFFER_BYTES
+
+class _CompactSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol reading into the thread's shared receive buffer (see the module docstring), and
+    releasing its socket transport when the connection is lost."""
+
+    max_size = _RECORD_BYTES  # SSLObject.read's size; the base allocates this much once, replaced at once
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # get_buffer hands out the whole of it: it is never shorter than what get_buffer wants (max_size).
+        self._ssl_buffer, self._ssl_buffer_view = _receive_buffer()
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        raw = self._transport
+        super().connection_lost(exc)
+        release_transport(raw)
 
 
 def _compact_supported() -> bool:
-    """Whether asyncio's TLS protocol has the constructor and buffer this module relies on (CPython 3.11+)."""
+    """Whether asyncio's TLS protocol has the constructor and buffers this module relies on (CPython 3.11+)."""
     try:
         params = inspect.signature(sslproto.SSLProtocol.__init__).parameters
-    except (TypeError, ValueError):
+        reads_via_view = "_ssl_buffer_view" in inspect.getsource(sslproto.SSLProtocol.buffer_updated)
+        hands_out_view = "_ssl_buffer_view" in inspect.getsource(sslproto.SSLProtocol.get_buffer)
+    except (TypeError, ValueError, OSError):
         return False
     expected = {"loop", "app_protocol", "sslcontext", "waiter", "server_side", "call_connection_made",
                 "ssl_handshake_timeout"}
-    return isinstance(getattr(sslproto.SSLProtocol, "max_size", None), int) and expected <= set(params)
+    return (isinstance(getattr(sslproto.SSLProtocol, "max_size", None), int) and expected <= set(params)
+            and reads_via_view and hands_out_view and hasattr(sslproto.SSLProtocol, "connection_lost"))
 
 
 _COMPACT = _compact_supported()

@@ -19,6 +19,7 @@ from proxy import handshake
 from proxy.config import ProxyConfig
 from proxy.errors import TargetDeniedError
 from proxy.limits import ConnectionLimiter, Refusal, RequestLimiter
+from proxy.memory import FREE_BYTES_MIN, HeapTrimmer
 from proxy.metrics import ProxyCollector, ProxyStats
 from proxy.targets import allowed_endpoints, parse_target
 from proxy.tls import failure_reason
@@ -234,6 +235,10 @@ def test_the_sample_proxy_toml_loads() -> None:
     ({"authentication_enabled": True, "authentication_providers": ["tls"]}, "tls_trust_certs_file"),
     ({"authorization_enabled": True}, "needs authentication_enabled"),
     ({"authentication_refresh_check_ms": 0}, "authentication_refresh_check_ms must be positive"),
+    ({"heap_trim_after_closed_connections": -1}, "heap_trim_after_closed_connections must be 0"),
+    ({"heap_trim_check_interval_ms": 0}, "heap_trim_check_interval_ms must be positive"),
+    ({"event_loop_slice_us": 50}, "event_loop_slice_us must be 0"),
+    ({"event_loop_slice_us": 200_000}, "event_loop_slice_us must be 0"),
 ])
 def test_inconsistent_settings_are_refused_naming_the_setting(changes, message) -> None:
     values = {"data_dir": "/tmp/p", "zookeeper": "zk:2181", "tls_cert_file": "c.pem", "tls_key_file": "k.pem",
@@ -309,3 +314,36 @@ def test_forwarded_http_requests_carry_the_proxys_credentials_and_never_a_client
     headers = _request_headers(request, role="alice", forwarding=secured)
     assert headers["Authorization"] == "Bearer proxy" and headers["X-Original-Principal"] == "alice"
     assert headers.getall("X-Original-Principal") == ["alice"]
+
+
+# -- heap trimming ---------------------------------------------------------------------------------------------
+
+
+class _FakeAllocator:
+    def __init__(self, free_bytes) -> None:
+        self.free = free_bytes
+        self.trims = 0
+
+    def free_bytes(self):
+        return self.free
+
+    def trim(self) -> None:
+        self.trims += 1
+
+
+@pytest.mark.parametrize("after_closed, closed, free, due", [
+    (1000, 999, 1 << 30, False),  # not enough closed connections
+    (1000, 1000, 1 << 30, True),
+    (1000, 5000, FREE_BYTES_MIN - 1, False),  # too little free heap to be worth a walk
+    (1000, 5000, None, True),  # the C library does not say how much is free: trims
+    (0, 10**6, 1 << 30, False),  # 0: never
+])
+def test_the_heap_is_trimmed_only_after_enough_closed_connections_and_free_heap(after_closed, closed, free,
+                                                                                 due) -> None:
+    count = [0]
+    trimmer = HeapTrimmer(closed_connections=lambda: count[0], after_closed=after_closed, check_interval_s=1.0,
+                          allocator=_FakeAllocator(free))
+    assert not trimmer.due()
+    count[0] = closed
+    assert trimmer.due() is due
+
