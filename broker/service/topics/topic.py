@@ -148,10 +148,11 @@ class Topic(TopicSubscriptions, TopicCommon):
             self._broker_retention = ((ml_config.retention_time_s, ml_config.retention_size_bytes)
                                       if ml_config is not None else (0, 0))
         defaults = self._broker_retention
-        if policies is None or (policies.retention_time_in_minutes, policies.retention_size_in_mb) == (0, 0):
+        minutes = getattr(policies, "retention_time_in_minutes", 0)
+        mb = getattr(policies, "retention_size_in_mb", 0)
+        if (minutes, mb) == (0, 0):
             time_s, size_bytes = defaults
         else:
-            minutes, mb = policies.retention_time_in_minutes, policies.retention_size_in_mb
             time_s = -1 if minutes < 0 else minutes * 60
             size_bytes = -1 if mb < 0 else mb * 1024 * 1024
         self.ml.set_retention(time_s, size_bytes)
