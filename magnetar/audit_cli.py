@@ -58,35 +58,25 @@ def audit(
     stray messages, replication delay, replicated-subscription divergence."""
     from rich.console import Console
 
-    from spark.audit import (AuditError, check_subscriptions, load, read_topology, run_audit, session,
-                             source_available, summary)
-    from spark.audit.policies import admin_clients, expected_regions, namespace_topics, parse_topics
+    from spark.audit import AuditError, read_topology, session, summary
+    from spark.audit.runner import audit_deployment
 
     if (namespace is None) == (not topics):
         _error("give either --namespace tenant/namespace or one or more --topic")
     if reader not in ("auto", "source", "brokers"):
         _error(f"--reader is auto, source or brokers, not {reader!r}")
     settings = _conf(conf)
-    out_dir = out if out is not None else pathlib.Path(f"magnetar-audit-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-    try:
+    try:  # refused before Spark starts
         deployment = read_topology(topology).select(regions or None)
-        clients = admin_clients(deployment)
-        names = namespace_topics(clients, namespace) if namespace else parse_topics(topics)
-        expected = expected_regions(clients, names)
     except AuditError as err:
         _error(str(err))
-    empty = [t for t, rs in expected.items() if not rs]
-    if empty:
-        _error(f"no replication clusters for {', '.join(empty)}")
-    use = {"auto": None, "source": True, "brokers": False}[reader]
+    out_dir = out if out is not None else \
+        pathlib.Path(f"magnetar-audit-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     try:
         spark = session(master=master, conf=settings)
         try:
-            used = "source" if use is not False and source_available(spark) else "brokers"
-            df = load(spark, deployment, names, use_source=use)
-            outcome = check_subscriptions(deployment, names, grace_s=grace_s) if subscriptions and names else None
-            report = run_audit(df, expected, topics=names, regions=deployment.names, out_dir=out_dir, reader=used,
-                               subscriptions=outcome, run={"master": master, "spark": spark.version})
+            report = audit_deployment(spark, deployment, namespace=namespace, topics=topics, out_dir=out_dir,
+                                      reader=reader, subscriptions=subscriptions, grace_s=grace_s)
         finally:
             spark.stop()
     except AuditError as err:
@@ -94,7 +84,8 @@ def audit(
     except OSError as err:
         _error(f"cannot write {out_dir}: {err}")
     except Exception as err:  # Spark's own (Py4J, analysis, a lost executor): the audit did not run
-        _error(f"the Spark job failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        first = str(err).splitlines()[0] if str(err) else ""
+        _error(f"the Spark job failed: {type(err).__name__}: {first}")
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:

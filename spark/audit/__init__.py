@@ -18,11 +18,13 @@ from .errors import AuditError, AuditInputError
 from .job import SubscriptionOutcome, run_audit
 from .load import load, source_available
 from .report import comparable, summary
+from .runner import audit_deployment
 from .subscriptions import check_subscriptions
 from .topology import RegionEndpoints, Topology, read_topology
 
 __all__ = [
     "CHECKS", "AuditError", "AuditFrames", "AuditInputError", "RegionEndpoints", "SubscriptionOutcome", "Topology",
+    "audit_deployment",
     "build", "check_subscriptions", "comparable", "load", "read_topology", "run_audit", "session",
     "source_available", "summary",
 ]

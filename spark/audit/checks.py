@@ -124,11 +124,14 @@ def expected_map(expected: Mapping[str, Sequence[str]]) -> Column:
     Raises:
         AuditInputError: a topic with no region.
     """
-    pairs: list[Column] = []
-    for topic, regions in sorted(expected.items()):
+    by_base: dict[str, set[str]] = {}
+    for topic, regions in expected.items():
         if not regions:
             raise AuditInputError(f"no expected region given for {topic}")
-        pairs += [F.lit(re.sub(_PARTITION_SUFFIX, "", topic)), F.array(*[F.lit(r) for r in sorted(set(regions))])]
+        by_base.setdefault(re.sub(_PARTITION_SUFFIX, "", topic), set()).update(regions)
+    pairs: list[Column] = []
+    for base, regions in sorted(by_base.items()):
+        pairs += [F.lit(base), F.array(*[F.lit(r) for r in sorted(regions)])]
     if not pairs:
         return F.create_map().cast(MapType(StringType(), ArrayType(StringType())))
     return F.create_map(*pairs)

@@ -141,8 +141,8 @@ def test_healthy_deployments_have_no_violation(spark):
     expected[f"{T}-batched"] = [EAST, WEST]
     for i in range(4):  # one entry of 4 messages: sequence ids 100..103, batch indexes 0..3
         regions.publish(EAST, "p", 100 + i, topic=f"{T}-batched", to=[WEST], batch=i, publish_ms=0)
-    expected[f"{T}-parted"] = [EAST, WEST]
-    for p in range(2):
+    for p in range(2):  # named by partition, as the admin API lists them
+        expected[f"{T}-parted-partition-{p}"] = [EAST, WEST]
         regions.publish(EAST, "p", 1, topic=f"{T}-parted-partition-{p}", to=[WEST])
     regions.publish(EAST, "local", 1, topic=f"{T}-two", to=[], replicate_to=[C.LOCAL_ONLY])
     found = violations(spark, regions, expected)
