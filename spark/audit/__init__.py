@@ -15,11 +15,11 @@ Public face:
 from ._session import session
 from .checks import CHECKS, AuditFrames, build
 from .errors import AuditError, AuditInputError
-from .job import SubscriptionOutcome, run_audit
+from .job import run_audit
 from .load import load, source_available
 from .report import comparable, summary
 from .runner import audit_deployment
-from .subscriptions import check_subscriptions
+from .subscriptions import SubscriptionOutcome, check_subscriptions
 from .topology import RegionEndpoints, Topology, read_topology
 
 __all__ = [

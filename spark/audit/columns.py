@@ -16,10 +16,12 @@ from __future__ import annotations
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
                                StructType, TimestampType)
 
-__all__ = ["BATCH_INDEX", "BROKER_PUBLISH_TIME", "BROKER_PUBLISH_TIME_FIELD", "CONTRACT_SCHEMA", "ENTRY_ID", "EVENT_TIME", "KEY", "LEDGER_ID",
-           "LOCAL_ONLY", "MESSAGE_ID", "PRODUCER_NAME", "PROPERTIES", "PUBLISH_TIME", "REGION", "REPLICATED_FROM",
-           "REPLICATE_TO", "REPLICATE_TO_FIELD", "REPLICATOR_PROPERTY_PREFIX", "REQUIRED", "SEQUENCE_ID", "TOPIC", "VALUE",
-           "missing_columns"]
+__all__ = [
+    "BATCH_INDEX", "BROKER_PUBLISH_TIME", "BROKER_PUBLISH_TIME_FIELD", "CONTRACT_SCHEMA", "ENTRY_ID", "EVENT_TIME",
+    "KEY", "LEDGER_ID", "LOCAL_ONLY", "MESSAGE_ID", "PRODUCER_NAME", "PROPERTIES", "PUBLISH_TIME", "REGION",
+    "REPLICATED_FROM", "REPLICATE_TO", "REPLICATE_TO_FIELD", "REPLICATOR_PROPERTY_PREFIX", "REQUIRED",
+    "SEQUENCE_ID", "TOPIC", "VALUE", "missing_columns",
+]
 
 VALUE = "value"
 KEY = "__key"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pathlib
 import time
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from pyspark import StorageLevel
@@ -20,27 +19,11 @@ from pyspark.sql import functions as F
 from . import columns as C
 from .checks import CHECKS, AuditFrames, build, delay_stats
 from .report import EXAMPLES_MAX, assemble, tally, write_json
+from .subscriptions import DIVERGENCE_SCHEMA, SubscriptionOutcome
 
-__all__ = ["SubscriptionOutcome", "run_audit"]
+__all__ = ["run_audit"]
 
 _ORDER = ["topic", "region", "origin", "producer", "seq", "batch"]
-
-
-@dataclass(frozen=True)
-class SubscriptionOutcome:
-    """The replicated-subscription check, done outside Spark (admin APIs and snapshot markers).
-
-    Attributes:
-        checked: False when it could not run (``reason`` says why).
-        rows: one dict per divergence (see :mod:`spark.audit.subscriptions`).
-        subscriptions: (topic, region, subscription) triples compared.
-    """
-
-    checked: bool
-    reason: str = ""
-    rows: Sequence[Mapping[str, Any]] = ()
-    subscriptions: int = 0
-    notes: Sequence[str] = field(default_factory=tuple)
 
 
 def _examples(df: DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
@@ -68,8 +51,6 @@ def _subscription_check(outcome: Optional[SubscriptionOutcome], spark: Any,
         return {"checked": False, "reason": "not asked for", "count": 0}
     if not outcome.checked:
         return {"checked": False, "reason": outcome.reason, "count": 0}
-    from .subscriptions import DIVERGENCE_SCHEMA
-
     rows = [dict(r) for r in outcome.rows]
     result: dict[str, Any] = {"checked": True, "subscriptions": outcome.subscriptions}
     if out_dir is not None:

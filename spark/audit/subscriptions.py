@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from pyspark.sql.types import StringType, StructField, StructType
@@ -42,7 +42,8 @@ from .errors import AuditError
 from .policies import admin_clients
 from .topology import Topology
 
-__all__ = ["DIVERGENCE_SCHEMA", "Position", "Snapshot", "SubscriptionState", "check_subscriptions", "divergences"]
+__all__ = ["DIVERGENCE_SCHEMA", "Position", "Snapshot", "SubscriptionOutcome", "SubscriptionState",
+           "check_subscriptions", "divergences"]
 
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
 _INTERNAL_CURSOR_PREFIXES = ("pulsar.repl.", "pulsar.dedup")
@@ -75,6 +76,23 @@ class Snapshot:
     local: Position
     clusters: Mapping[str, Position]
     stored_at: Position
+
+
+@dataclass(frozen=True)
+class SubscriptionOutcome:
+    """The replicated-subscription check, done outside Spark (admin APIs and snapshot markers).
+
+    Attributes:
+        checked: False when it could not run (``reason`` says why).
+        rows: one dict per divergence (see :mod:`spark.audit.subscriptions`).
+        subscriptions: (topic, region, subscription) triples compared.
+    """
+
+    checked: bool
+    reason: str = ""
+    rows: Sequence[Mapping[str, Any]] = ()
+    subscriptions: int = 0
+    notes: Sequence[str] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -232,15 +250,13 @@ def _read_positions(clients: Mapping[str, AdminClient], topics: Sequence[str]
 
 
 def check_subscriptions(topology: Topology, topics: Sequence[str], *, grace_s: float = 10.0,
-                        scan_entries_max: int = 20_000, poll_s: float = 0.5) -> "Any":
+                        scan_entries_max: int = 20_000, poll_s: float = 0.5) -> SubscriptionOutcome:
     """Runs the check over ``topics`` (partitions, as the data source names them) in every region of
-    ``topology``; returns a :class:`spark.audit.job.SubscriptionOutcome`.
+    ``topology``.
 
     Raises:
         AuditError: a region's admin API or bookies could not be read.
     """
-    from .job import SubscriptionOutcome
-
     clients = admin_clients(topology)
     positions, ledgers = _read_positions(clients, topics)
     replicated = {k: v for k, v in positions.items() if v[1]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from .errors import AuditInputError
@@ -50,7 +50,6 @@ class Topology:
     path: Optional[pathlib.Path] = None
     token: str = ""
     tls_trust_certs_file: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -68,17 +67,7 @@ class Topology:
         if unknown:
             raise AuditInputError(f"unknown region(s) {', '.join(unknown)}; the deployment has "
                                   f"{', '.join(self.regions)}")
-        return Topology({n: self.regions[n] for n in names}, self.path, self.token, self.tls_trust_certs_file,
-                        self.extra)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``topology.json`` shape (what the data source's ``topology`` option reads)."""
-        doc: dict[str, Any] = {"regions": {
-            r.name: {"zookeeper": {"connect": r.zk_connect},
-                     "brokers": [{"http": r.admin_url, "pulsar": r.service_url}]}
-            for r in self.regions.values()}}
-        doc.update(self.extra)
-        return doc
+        return Topology({n: self.regions[n] for n in names}, self.path, self.token, self.tls_trust_certs_file)
 
 
 def _broker_urls(region: str, entry: Mapping[str, Any], secure: bool) -> tuple[str, str]:
