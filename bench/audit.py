@@ -15,7 +15,8 @@ A healthy input: the audit must report 0 violations, which the bench checks.
 **Live** (``--topology`` + ``--namespace``): the same two timings over the namespace's messages in every region,
 read by :func:`spark.audit.load` (the Magnetar data source when installed, else through the brokers).
 
-Rows/s is 2N (copies) over the audit's time. Spark's session start is not counted.
+Rows/s is 2N (copies) over the audit's time. Spark's session start and a first, untimed audit of ``--warmup``
+messages (the JVM's class loading and code generation) are not counted.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def timed_audit(spark: Any, df: Any, expected: dict, topics: list[str], out: pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", default="100000,1000000", help="Comma-separated N (messages per run).")
+    parser.add_argument("--warmup", type=int, default=10_000, help="Messages of an untimed first audit (the JVM's "
+                        "warm-up: class loading, code generation); 0 for none.")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--topology", help="A live deployment's topology.json (or data dir) instead of Parquet.")
@@ -132,6 +135,10 @@ def main() -> int:
             results.append(result)
             print(json.dumps(result))
         else:
+            if args.warmup:
+                synthetic(spark, args.warmup, work / "warmup")
+                timed_audit(spark, spark.read.parquet(str(work / "warmup")), {TOPIC: [EAST, WEST]}, [TOPIC],
+                            work / "report-warmup")
             for n in [int(x) for x in args.messages.split(",") if x]:
                 path = work / f"input-{n}"
                 started = time.perf_counter()

@@ -1,5 +1,5 @@
-"""A Spark session for the audit, until ``spark.session`` (the data source's helper) is on main: then that one
-is used, and only the audit's runtime settings are applied on top.
+"""A Spark session for the audit: ``spark.session`` (the data source's helper, which also registers the source)
+with the audit's settings when it is there, else a session built here.
 
 Spark's Python workers must run this interpreter (the venv that has Magnetar and pyarrow), so
 ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` are set before the session starts.
@@ -36,12 +36,7 @@ def session(master: str = "local[*]", app_name: str = "magnetar-audit",
     except ImportError:
         shared = None
     if shared is not None:
-        spark = shared(master=master, app_name=app_name)
-        for key, value in settings.items():
-            try:
-                spark.conf.set(key, value)
-            except Exception:  # a static setting of a session that already runs stays as it is
-                pass
+        spark = shared(master=master, app_name=app_name, conf=settings)
     else:
         builder = SparkSession.builder.master(master).appName(app_name)
         for key, value in settings.items():

@@ -100,7 +100,10 @@ def prepare(df: DataFrame) -> tuple[DataFrame, str]:
     properties = F.array_sort(F.map_entries(F.map_filter(
         F.col(C.PROPERTIES), lambda k, _v: ~k.startswith(C.REPLICATOR_PROPERTY_PREFIX))))
     digest = F.xxhash64(*[F.col(c) for c in _payload_columns(df)], F.col(C.KEY), properties)
-    rt = F.col(C.REPLICATE_TO) if C.REPLICATE_TO in df.columns else F.lit(None).cast(ArrayType(StringType()))
+    optional = [F.col(C.REPLICATE_TO).alias("rt")] if C.REPLICATE_TO in df.columns else []
+    # A position packed in one long, as the replicator's deduplication packs origin positions (ledger ids and
+    # entry ids stay below 2**31 and 2**32): aggregating plain longs keeps Spark on its hash aggregation.
+    packed = F.shiftleft(F.col(C.LEDGER_ID).cast("long"), 32).bitwiseOR(F.col(C.ENTRY_ID).cast("long"))
     prepared = df.select(
         F.col(C.TOPIC).alias("topic"),
         F.col(C.REGION).alias("region"),
@@ -108,11 +111,10 @@ def prepare(df: DataFrame) -> tuple[DataFrame, str]:
         F.col(C.PRODUCER_NAME).alias("producer"),
         F.col(C.SEQUENCE_ID).cast("long").alias("seq"),
         F.col(C.BATCH_INDEX).cast("int").alias("batch"),
-        F.col(C.LEDGER_ID).cast("long").alias("ledger"),
-        F.col(C.ENTRY_ID).cast("long").alias("entry"),
+        packed.alias("pos"),
         F.unix_micros(arrival_col).alias("arrival_us"),
         digest.alias("hash"),
-        rt.alias("rt"),
+        *optional,
     )
     return prepared, arrival
 
@@ -137,17 +139,32 @@ def expected_map(expected: Mapping[str, Sequence[str]]) -> Column:
     return F.create_map(*pairs)
 
 
+def _position(packed: Column, batch: Column) -> Column:
+    return F.struct(F.shiftright(packed, 32).alias("ledger"), packed.bitwiseAND(F.lit(0xFFFFFFFF)).alias("entry"),
+                    batch.alias("batch"))
+
+
+def _replicate_to(has_rt: bool) -> list[Column]:
+    """The message's replicate_to, the same in every copy (``collect_set``, not ``first``, so that the
+    aggregation stays hash-based)."""
+    return [F.get(F.collect_set("rt"), 0).alias("rt")] if has_rt else []
+
+
 def _per_copy(prepared: DataFrame) -> DataFrame:
-    position = F.struct(F.col("ledger"), F.col("entry"), F.col("batch"))
-    return prepared.groupBy(*ID, "region").agg(
+    has_rt = "rt" in prepared.columns
+    grouped = prepared.groupBy(*ID, "region").agg(
         F.count(F.lit(1)).alias("copies"),
-        F.min(position).alias("first_pos"),
-        F.max(position).alias("last_pos"),
+        F.min("pos").alias("first_key"),
+        F.max("pos").alias("last_key"),
         F.min("hash").alias("hash_min"),
         F.max("hash").alias("hash_max"),
         F.min("arrival_us").alias("arrival_us"),
-        F.first("rt", ignorenulls=True).alias("rt"),
+        *_replicate_to(has_rt),
     )
+    return grouped.select(
+        *ID, "region", "copies", "first_key", _position(F.col("first_key"), F.col("batch")).alias("first_pos"),
+        _position(F.col("last_key"), F.col("batch")).alias("last_pos"), "hash_min", "hash_max", "arrival_us",
+        F.col("rt") if has_rt else F.lit(None).cast(ArrayType(StringType())).alias("rt"))
 
 
 def _expected_regions(topic_regions: Column, rt: Column, origin: Column) -> Column:
@@ -157,12 +174,13 @@ def _expected_regions(topic_regions: Column, rt: Column, origin: Column) -> Colu
     return F.when(rt.isNull() | (F.size(rt) == 0), topic_regions).otherwise(narrowed)
 
 
-def _per_message(per_copy: DataFrame, expected: Column, default_regions: Sequence[str]) -> DataFrame:
+def _per_message(per_copy: DataFrame, expected: Column, default_regions: Sequence[str], has_rt: bool) -> DataFrame:
     copy = F.struct(F.col("region"), F.col("hash_min"), F.col("hash_max"), F.col("arrival_us"))
     default = F.array(*[F.lit(r) for r in sorted(set(default_regions))]).cast(ArrayType(StringType()))
-    grouped = per_copy.groupBy(*ID).agg(F.collect_list(copy).alias("copies"),
-                                        F.first("rt", ignorenulls=True).alias("rt"))
-    topic_regions = F.coalesce(F.element_at(expected, F.regexp_replace("topic", _PARTITION_SUFFIX, "")), default)
+    grouped = per_copy.groupBy(*ID).agg(F.collect_list(copy).alias("copies"), *_replicate_to(has_rt))
+    if not has_rt:
+        grouped = grouped.withColumn("rt", F.lit(None).cast(ArrayType(StringType())))
+    topic_regions = F.coalesce(F.try_element_at(expected, F.regexp_replace("topic", _PARTITION_SUFFIX, "")), default)
     return grouped.select(
         *ID, "copies", "rt",
         _expected_regions(topic_regions, F.col("rt"), F.col("origin")).alias("expected"),
@@ -185,8 +203,7 @@ def _duplicate(per_copy: DataFrame) -> DataFrame:
 
 
 def _order(per_copy: DataFrame) -> DataFrame:
-    window = Window.partitionBy("topic", "region", "origin", "producer") \
-        .orderBy(F.col("first_pos.ledger"), F.col("first_pos.entry"), F.col("first_pos.batch"))
+    window = Window.partitionBy("topic", "region", "origin", "producer").orderBy("first_key", "batch")
     previous = F.lag(F.struct(F.col("seq"), F.col("batch"), F.col("first_pos").alias("pos"))).over(window)
     with_previous = per_copy.select(*ID, "region", "first_pos", previous.alias("prev"))
     later_but_lower = F.struct(F.col("prev.seq"), F.col("prev.batch")) > F.struct(F.col("seq"), F.col("batch"))
@@ -197,7 +214,7 @@ def _order(per_copy: DataFrame) -> DataFrame:
 
 def _origin_copy(copies: Column, origin: Column) -> Column:
     """The origin region's copy struct, or null when the origin holds none."""
-    return F.element_at(F.filter(copies, lambda c: c["region"] == origin), 1)
+    return F.get(F.filter(copies, lambda c: c["region"] == origin), 0)
 
 
 def _payload_mismatch(per_message: DataFrame) -> DataFrame:
@@ -255,7 +272,7 @@ def build(df: DataFrame, expected: Mapping[str, Sequence[str]], *,
         raise AuditInputError("no expected regions: give the topics' replication clusters or default regions")
     prepared, arrival = prepare(df)
     per_copy = _per_copy(prepared)
-    per_message = _per_message(per_copy, expected_map(expected), regions)
+    per_message = _per_message(per_copy, expected_map(expected), regions, C.REPLICATE_TO in df.columns)
     violations = {
         "missing": _missing(per_message),
         "duplicate": _duplicate(per_copy),

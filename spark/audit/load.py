@@ -20,12 +20,14 @@ __all__ = ["load", "source_available"]
 
 
 def source_available(spark: SparkSession) -> bool:
-    """Registers the Magnetar data source with ``spark`` if it is installed; False when it is not."""
+    """Registers the Magnetar data source with ``spark`` if it is installed; False when it is not (neither
+    ``magnetar.spark`` nor the ``spark.source`` it loads can be imported)."""
     try:
         from magnetar.spark import register
+
+        register(spark)
     except ImportError:
         return False
-    register(spark)
     return True
 
 
