@@ -20,7 +20,9 @@ its origin; ``__local__`` (``disable_replication``) keeps it in its origin.
 The checks, each a DataFrame of violations with ``topic``, ``origin``, ``region`` (where the fault shows),
 ``producer``, ``seq`` and ``batch``:
 
-* ``missing``: an expected region has no copy.
+* ``missing``: an expected region has no copy. A remote region's copy is only missing once the origin's
+  replicator towards it has passed the message (its cursor, read before the input); before that it is in
+  flight, counted apart and not a violation. A message absent from its own origin is always missing.
 * ``duplicate``: a region holds a message more than once (``copies``, first and last position).
 * ``order``: within one region, the copies of one (origin, producer) in entry order (ledger, entry, batch
   index) must have increasing (sequence id, batch index); a row is a message stored after one with a higher
@@ -48,7 +50,7 @@ from pyspark.sql.types import ArrayType, MapType, StringType
 from . import columns as C
 from .errors import AuditInputError
 
-__all__ = ["CHECKS", "ID", "AuditFrames", "build", "delay_stats", "expected_map", "prepare"]
+__all__ = ["CHECKS", "ID", "AuditFrames", "build", "delay_stats", "expected_map", "pack", "prepare"]
 
 ID = ["topic", "origin", "producer", "seq", "batch"]
 CHECKS = ("missing", "duplicate", "order", "payload_mismatch", "stray")
@@ -66,6 +68,7 @@ class AuditFrames:
         violations: check name -> DataFrame of violations.
         delays: one row per remote copy: ``topic``, ``origin``, ``region``, ``delay_ms``.
         arrival_column: the input column arrival times came from.
+        in_flight: absent copies the replicator had not yet delivered (rows as ``missing``'s): not violations.
     """
 
     prepared: DataFrame
@@ -74,6 +77,7 @@ class AuditFrames:
     violations: dict[str, DataFrame]
     delays: DataFrame
     arrival_column: str
+    in_flight: DataFrame
 
 
 def _payload_columns(df: DataFrame) -> list[str]:
@@ -175,7 +179,7 @@ def _expected_regions(topic_regions: Column, rt: Column, origin: Column) -> Colu
 
 
 def _per_message(per_copy: DataFrame, expected: Column, default_regions: Sequence[str], has_rt: bool) -> DataFrame:
-    copy = F.struct(F.col("region"), F.col("hash_min"), F.col("hash_max"), F.col("arrival_us"))
+    copy = F.struct(F.col("region"), F.col("hash_min"), F.col("hash_max"), F.col("arrival_us"), F.col("first_key"))
     default = F.array(*[F.lit(r) for r in sorted(set(default_regions))]).cast(ArrayType(StringType()))
     grouped = per_copy.groupBy(*ID).agg(F.collect_list(copy).alias("copies"), *_replicate_to(has_rt))
     if not has_rt:
@@ -188,9 +192,33 @@ def _per_message(per_copy: DataFrame, expected: Column, default_regions: Sequenc
     )
 
 
-def _missing(per_message: DataFrame) -> DataFrame:
-    return per_message.select(*ID, F.explode(F.array_except("expected", "present")).alias("region"),
+def pack(ledger_id: int, entry_id: int) -> int:
+    """A position as ``prepare`` packs it (an entry id of -1, "before the ledger's first entry", included)."""
+    return ledger_id * (1 << 32) + entry_id
+
+
+def _absent(per_message: DataFrame, replicated_up_to: Mapping[tuple[str, str, str], int]) -> DataFrame:
+    """Every (message, expected region without a copy), with ``in_flight``: the region is a remote one and
+    the origin's replicator towards it had not yet passed the message's origin copy when it was looked at
+    (``replicated_up_to``: (topic, origin, region) -> packed mark-delete position of that replicator's cursor).
+    A message absent from its own origin, or from a region whose replicator passed it, is missing for good."""
+    rows = per_message.select(*ID, "copies", F.explode(F.array_except("expected", "present")).alias("region"),
                               F.array_sort("present").alias("present_in"))
+    origin_key = _origin_copy(F.col("copies"), F.col("origin"))["first_key"]
+    if replicated_up_to:
+        pairs: list[Column] = []
+        for (topic, origin, region), key in sorted(replicated_up_to.items()):
+            pairs += [F.lit(f"{topic}|{origin}|{region}"), F.lit(int(key)).cast("long")]
+        watermark = F.try_element_at(F.create_map(*pairs), F.concat_ws("|", "topic", "origin", "region"))
+        in_flight = (F.col("region") != F.col("origin")) & origin_key.isNotNull() & watermark.isNotNull() \
+            & (origin_key > watermark)
+    else:
+        in_flight = F.lit(False)
+    return rows.select(*ID, "region", "present_in", in_flight.alias("in_flight"))
+
+
+def _missing(absent: DataFrame) -> DataFrame:
+    return absent.where(~F.col("in_flight")).drop("in_flight")
 
 
 def _stray(per_message: DataFrame) -> DataFrame:
@@ -255,13 +283,17 @@ def delay_stats(delays: DataFrame, by: Sequence[str]) -> DataFrame:
 
 
 def build(df: DataFrame, expected: Mapping[str, Sequence[str]], *,
-          default_regions: Optional[Sequence[str]] = None) -> AuditFrames:
+          default_regions: Optional[Sequence[str]] = None,
+          replicated_up_to: Optional[Mapping[tuple[str, str, str], int]] = None) -> AuditFrames:
     """Every check over ``df`` as lazy DataFrames.
 
     Args:
         df: every region's copies (the contract's columns).
         expected: topic (or partitioned topic) -> the regions its messages belong in.
         default_regions: for a topic ``expected`` does not name (default: the union of ``expected``'s regions).
+        replicated_up_to: (topic, origin, region) -> :func:`pack`-ed mark-delete position of the origin's
+            replicator cursor towards the region, read before the input: an absent copy beyond it is in
+            flight, not missing (none given: every absent copy is missing).
 
     Raises:
         AuditInputError: a missing column, or no region to expect anything in.
@@ -273,11 +305,13 @@ def build(df: DataFrame, expected: Mapping[str, Sequence[str]], *,
     prepared, arrival = prepare(df)
     per_copy = _per_copy(prepared)
     per_message = _per_message(per_copy, expected_map(expected), regions, C.REPLICATE_TO in df.columns)
+    absent = _absent(per_message, replicated_up_to or {})
     violations = {
-        "missing": _missing(per_message),
+        "missing": _missing(absent),
         "duplicate": _duplicate(per_copy),
         "order": _order(per_copy),
         "payload_mismatch": _payload_mismatch(per_message),
         "stray": _stray(per_message),
     }
-    return AuditFrames(prepared, per_copy, per_message, violations, _delays(per_message), arrival)
+    in_flight = absent.where(F.col("in_flight")).drop("in_flight")
+    return AuditFrames(prepared, per_copy, per_message, violations, _delays(per_message), arrival, in_flight)

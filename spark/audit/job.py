@@ -72,6 +72,7 @@ def run_audit(
     out_dir: Optional[pathlib.Path] = None,
     reader: str = "source",
     subscriptions: Optional[SubscriptionOutcome] = None,
+    replicated_up_to: Optional[Mapping[tuple[str, str, str], int]] = None,
     run: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """Audits ``df`` (every region's copies) and returns the report; with ``out_dir`` writes it there too.
@@ -82,19 +83,23 @@ def run_audit(
         regions: the regions read.
         reader: which reader built ``df`` ("source" or "brokers"), for the report.
         subscriptions: the replicated-subscription check's outcome (None: not asked for).
+        replicated_up_to: how far each replicator got when the input was read (see
+            :func:`spark.audit.checks.build`); absent copies beyond it are reported as in flight.
         run: what describes this run (Spark master...), kept under ``run`` in the report.
 
     Raises:
         AuditInputError: the input lacks a column, or no region is expected.
     """
     started = time.monotonic()
-    frames: AuditFrames = build(df, expected, default_regions=regions)
+    frames: AuditFrames = build(df, expected, default_regions=regions, replicated_up_to=replicated_up_to)
     per_copy = frames.per_copy.persist(StorageLevel.MEMORY_AND_DISK)
     per_message = frames.per_message.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rows = per_copy.groupBy("topic", "region").agg(F.sum("copies").alias("n")).collect()
         messages = per_message.groupBy("topic", "origin").count().collect()
         checks = {name: _run_check(name, frames.violations[name], out_dir) for name in CHECKS}
+        in_flight = tally((r["topic"], r["origin"], r["region"], r["count"])
+                          for r in frames.in_flight.groupBy("topic", "origin", "region").count().collect())
         by_direction = [r.asDict() for r in delay_stats(frames.delays, ["origin", "region"]).collect()]
         by_topic = [r.asDict() for r in delay_stats(frames.delays, ["topic", "origin", "region"]).collect()]
     finally:
@@ -114,7 +119,7 @@ def run_audit(
         inputs={"reader": reader, "replicate_to": has_rt, "arrival": frames.arrival_column},
         rows=[(r["topic"], r["region"], int(r["n"])) for r in rows],
         messages=[(r["topic"], r["origin"], int(r["count"])) for r in messages],
-        checks=checks, delays_by_direction=by_direction, delays_by_topic=by_topic, notes=notes,
+        checks=checks, in_flight=in_flight, delays_by_direction=by_direction, delays_by_topic=by_topic, notes=notes,
         run={**dict(run or {}), "elapsed_s": round(time.monotonic() - started, 3),
              "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "out_dir": str(out_dir) if out_dir is not None else None},

@@ -3,6 +3,9 @@
 * Topics: the persistent topics of a namespace in every region (``GET /admin/v2/persistent/{t}/{ns}``; a
   partitioned topic's partitions are topics of their own there), united: a topic that exists in one region
   only is still audited (its messages are then missing elsewhere).
+* How far each replicator got: the mark-delete position of the cursor ``pulsar.repl.<remote>`` on each topic
+  in each region (``internalStats``). Read before the input, it tells a copy still in flight (beyond it) from
+  one missing for good.
 * Expected regions of a topic: the topic's own replication clusters if it has an override, else its
   namespace's (``GET /admin/v2/{domain}/{t}/{ns}/{topic}/replication?applied=true``, which answers the
   namespace's ``replication_clusters`` when the topic has none; a partition asks for its partitioned topic).
@@ -20,7 +23,10 @@ from magnetar.topic_name import TopicName
 from .errors import AuditError, AuditInputError
 from .topology import Topology
 
-__all__ = ["admin_clients", "expected_regions", "namespace_topics", "parse_topics"]
+__all__ = ["REPLICATOR_CURSOR_PREFIX", "admin_clients", "expected_regions", "namespace_topics", "parse_topics",
+           "replicated_up_to"]
+
+REPLICATOR_CURSOR_PREFIX = "pulsar.repl."
 
 
 def admin_clients(topology: Topology, *, timeout_s: float = 30.0) -> dict[str, AdminClient]:
@@ -100,3 +106,32 @@ def _replication_clusters(clients: dict[str, AdminClient], topic: TopicName) -> 
             return []
         return sorted(set(clusters))
     raise AuditError(f"no region answered the replication clusters of {topic}: {last}")
+
+
+def replicated_up_to(clients: dict[str, AdminClient], topics: Sequence[str]) -> dict[tuple[str, str, str], int]:
+    """(topic, origin region, remote region) -> the packed mark-delete position of the origin's replicator
+    cursor towards the remote (see :func:`spark.audit.checks.pack`); topics a region does not have are skipped.
+
+    Raises:
+        AuditError: a region could not be asked.
+    """
+    from .checks import pack
+
+    found: dict[tuple[str, str, str], int] = {}
+    for region, client in clients.items():
+        for topic in topics:
+            try:
+                stats = client.get(f"/admin/v2/{TopicName.parse(topic).rest_path}/internalStats")
+            except AdminError as e:
+                if e.status == 404:
+                    continue
+                raise AuditError(f"{region}: reading the internal stats of {topic} failed: {e}") from None
+            for name, cursor in ((stats or {}).get("cursors") or {}).items():
+                if not name.startswith(REPLICATOR_CURSOR_PREFIX):
+                    continue
+                ledger, _, entry = str(cursor.get("markDeletePosition", "")).partition(":")
+                try:
+                    found[(topic, region, name[len(REPLICATOR_CURSOR_PREFIX):])] = pack(int(ledger), int(entry))
+                except ValueError:
+                    continue
+    return found

@@ -10,6 +10,7 @@ Shape (``version`` 1)::
      "checks": {<check>: {"count": n, "by_topic": {...}, "by_region": {...}, "by_direction": {"a -> b": n},
                           "examples": [row, ...], "parquet": "violations/<check>"},
                 "subscription_divergence": {... or "checked": false, "reason": "..."}},
+     "in_flight": {"count": n, "by_topic": ..., "by_region": ..., "by_direction": ...},   # not violations
      "replication_delay": {"arrival": "<column>", "by_direction": {"a -> b": {count, p50_ms, p99_ms, min_ms,
                            max_ms}}, "by_topic": {topic: {"a -> b": {...}}}},
      "notes": [...],
@@ -68,6 +69,7 @@ def assemble(
     rows: Iterable[tuple[str, str, int]],
     messages: Iterable[tuple[str, str, int]],
     checks: Mapping[str, dict[str, Any]],
+    in_flight: Optional[Mapping[str, Any]] = None,
     delays_by_direction: Iterable[Mapping[str, Any]],
     delays_by_topic: Iterable[Mapping[str, Any]],
     notes: Sequence[str] = (),
@@ -79,6 +81,7 @@ def assemble(
         rows: ``(topic, region, rows)``; messages: ``(topic, origin, messages)``.
         checks: check name -> its :func:`tally` plus ``examples`` / ``parquet`` (a check that did not run has
             ``checked: false`` and a ``reason``).
+        in_flight: the :func:`tally` of copies not yet delivered by their replicator (not violations).
         delays_by_direction / delays_by_topic: rows with ``origin``, ``region`` (and ``topic``), ``count``,
             ``p50_ms``, ``p99_ms``, ``min_ms``, ``max_ms``.
     """
@@ -107,6 +110,7 @@ def assemble(
         "messages": {"total": sum(sum(v.values()) for v in by_topic_messages.values()),
                      "by_topic": {t: dict(sorted(v.items())) for t, v in sorted(by_topic_messages.items())}},
         "checks": dict(checks),
+        "in_flight": dict(in_flight or tally([])),
         "replication_delay": {
             "arrival": inputs.get("arrival"),
             "by_direction": {direction(r["origin"], r["region"]): _delay(r)
@@ -168,6 +172,10 @@ def summary(report: Mapping[str, Any]) -> list[Any]:
     for d, stats in delays["by_direction"].items():
         table.add_row(d, f"{stats['count']:,}", _ms(stats["p50_ms"]), _ms(stats["p99_ms"]), _ms(stats["max_ms"]))
     out.append(table)
+    pending = report.get("in_flight", {})
+    if pending.get("count"):
+        out.append(Text(f"in flight (not yet replicated, not violations): {pending['count']:,} copies; "
+                        + ", ".join(f"{d}: {n}" for d, n in pending["by_direction"].items()), style="yellow"))
     for note in report.get("notes", ()):
         out.append(Text(f"note: {note}", style="yellow"))
     return out

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from .errors import AuditInputError
 from .job import run_audit
 from .load import load, source_available
-from .policies import admin_clients, expected_regions, namespace_topics, parse_topics
+from .policies import admin_clients, expected_regions, namespace_topics, parse_topics, replicated_up_to
 from .subscriptions import check_subscriptions
 from .topology import Topology, read_topology
 
@@ -56,8 +56,9 @@ def audit_deployment(
         raise AuditInputError(f"no replication clusters for {', '.join(empty)}")
     use = {"auto": None, "source": True, "brokers": False}[reader]
     used = "source" if use is not False and source_available(spark) else "brokers"
+    watermarks = replicated_up_to(clients, names)  # before the input is read: see spark.audit.checks
     df = load(spark, deployment, names, use_source=use)
     outcome = check_subscriptions(deployment, names, grace_s=grace_s) if subscriptions and names else None
     return run_audit(df, expected, topics=names, regions=deployment.names, out_dir=out_dir, reader=used,
-                     subscriptions=outcome, run={**dict(run or {}), "master": spark.sparkContext.master,
+                     subscriptions=outcome, replicated_up_to=watermarks, run={**dict(run or {}), "master": spark.sparkContext.master,
                                                  "spark": spark.version})

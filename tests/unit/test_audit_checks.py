@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from spark.audit import AuditInputError, SubscriptionOutcome, build, run_audit, session  # noqa: E402
 from spark.audit import columns as C  # noqa: E402
-from spark.audit.checks import delay_stats  # noqa: E402
+from spark.audit.checks import delay_stats, pack  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -212,6 +212,17 @@ def test_without_replicate_to_a_local_only_message_looks_missing(spark):
     regions.publish(EAST, "local", 1, to=[], replicate_to=[C.LOCAL_ONLY])
     rows = only(violations(spark, regions, drop=[C.REPLICATE_TO]), "missing")
     assert [attribution(r) for r in rows] == [(WEST, T, EAST, "local", 1)]
+
+
+def test_a_copy_beyond_the_replicators_cursor_is_in_flight_not_missing(spark):
+    regions = healthy(n=3)  # us-east holds entries 0..5: its own three, then eu-west's three
+    regions.publish(EAST, "lost", 1, to=[])  # entry 6: the replicator towards eu-west passed it
+    regions.publish(EAST, "late", 1, to=[])  # entry 7: not yet
+    frames = build(regions.frame(spark), {T: [EAST, WEST]},
+                   replicated_up_to={(T, EAST, WEST): pack(regions.ledger(EAST), 6)})
+    both = frames.violations["missing"].select(F.lit("missing").alias("kind"), "region", "producer") \
+        .unionAll(frames.in_flight.select(F.lit("in_flight").alias("kind"), "region", "producer"))
+    assert sorted(tuple(r) for r in both.collect()) == [("in_flight", WEST, "late"), ("missing", WEST, "lost")]
 
 
 # ------------------------------------------------------------------------------------------ delays
