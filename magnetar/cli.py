@@ -165,6 +165,7 @@ def demo(
 
 
 from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registration)
+from magnetar.audit_cli import audit  # noqa: E402
 from magnetar.auth.certs_cli import certs_app  # noqa: E402
 from magnetar.auth.tokens_cli import tokens_app  # noqa: E402
 from magnetar.client_cli import consume, produce  # noqa: E402
@@ -174,6 +175,7 @@ from magnetar.perf import perf_app  # noqa: E402
 app.add_typer(admin_app, name="admin")
 app.command()(produce)
 app.command()(consume)
+app.command()(audit)
 app.add_typer(perf_app, name="perf")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(certs_app, name="certs")
