@@ -59,6 +59,6 @@ def audit_deployment(
     watermarks = replicated_up_to(clients, names)  # before the input is read: see spark.audit.checks
     df = load(spark, deployment, names, use_source=use)
     outcome = check_subscriptions(deployment, names, grace_s=grace_s) if subscriptions and names else None
+    described = {**dict(run or {}), "master": spark.sparkContext.master, "spark": spark.version}
     return run_audit(df, expected, topics=names, regions=deployment.names, out_dir=out_dir, reader=used,
-                     subscriptions=outcome, replicated_up_to=watermarks, run={**dict(run or {}), "master": spark.sparkContext.master,
-                                                 "spark": spark.version})
+                     subscriptions=outcome, replicated_up_to=watermarks, run=described)
