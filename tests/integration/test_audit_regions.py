@@ -10,9 +10,10 @@ cluster (a master and a worker started from the pyspark installation) for the CL
 * a replicated subscription followed across regions: no divergence; moved back in one region: divergence;
 * ``magnetar audit --master spark://...`` on the standalone cluster gives the report of ``local[*]``.
 
-The audit's input comes from :func:`spark.audit.load`: the Magnetar data source once it is installed, else
-the reader through the brokers. The test holds for both; where the source cannot tell (``__replicateTo``),
-the expectation says which way.
+The healthy and fault cases run with each reader of :func:`spark.audit.load`: through the brokers, and the
+Magnetar data source (skipped when it is not installed; expected to fail while it skips the newest entry of an
+open ledger, see ``SOURCE_TAIL``). Where the source cannot tell (``__replicateTo``), the expectation says which
+way. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from magnetar.net import free_port  # noqa: E402
-from spark.audit import comparable, session  # noqa: E402
+from spark.audit import comparable, session, source_available  # noqa: E402
 from spark.audit.runner import audit_deployment  # noqa: E402
 from spark.audit.subscriptions import check_subscriptions  # noqa: E402
 from spark.audit.topology import read_topology  # noqa: E402
@@ -44,6 +45,13 @@ from tests.kit.regions import start_regions  # noqa: E402
 from tests.kit.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
+
+# The data source reads an open ledger up to the LAC its bookies report, one entry behind the broker's last
+# confirmed entry: the newest entry of each region's topic is not read, so the audit reports its messages
+# missing. Strict: once the source reads up to the confirmed end, these pass and the mark must go.
+SOURCE_TAIL = pytest.mark.xfail(strict=True, reason="the data source skips the newest entry of an open ledger "
+                                "(bookie LAC lags the broker's last confirmed entry by one)")
+READERS = pytest.mark.parametrize("reader", ["brokers", pytest.param("source", marks=SOURCE_TAIL)])
 
 EAST, WEST = "us-east", "eu-west"
 TENANT = "audit"
@@ -120,8 +128,15 @@ def found_faults(spark, out_dir: pathlib.Path, report: dict) -> set[Fault]:
 # ------------------------------------------------------------------------------------------ healthy
 
 
+def need(reader: str, spark) -> None:
+    if reader == "source" and not source_available(spark):
+        pytest.skip("the Magnetar data source is not installed")
+
+
+@READERS
 def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, clients, spark, topology,
-                                                                       tmp_path):
+                                                                       tmp_path, reader):
+    need(reader, spark)
     ns = namespace(regions)
     plain, parted = f"persistent://{ns}/plain", f"persistent://{ns}/parted"
     regions[EAST].admin("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
@@ -132,7 +147,8 @@ def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, 
     wait_replicated(regions, plain, [EAST, WEST], [EAST, WEST])
     wait_replicated(regions, parted, [EAST], [WEST], partitions=2)
 
-    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, grace_s=5)
+    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, grace_s=5, reader=reader)
+    assert report["inputs"]["reader"] == reader
 
     local_only = 0 if report["inputs"]["replicate_to"] else 3  # without replicate_to they look missing
     assert report["violations"] == local_only, report["checks"]
@@ -189,9 +205,11 @@ def faulty(regions, clients):
     return faults, ns
 
 
-def test_each_injected_fault_is_found_and_attributed(faulty, spark, topology, tmp_path):
+@READERS
+def test_each_injected_fault_is_found_and_attributed(faulty, spark, topology, tmp_path, reader):
+    need(reader, spark)
     faults, ns = faulty
-    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, subscriptions=False)
+    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, subscriptions=False, reader=reader)
     expected = set(faults)
     if not report["inputs"]["replicate_to"]:  # a stray by routing needs each message's replicate_to
         expected = {f for f in expected if f.producer != "router"}
