@@ -45,10 +45,10 @@ from typing import Any, Callable, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from magnetar.admin_client import AdminClient, AdminError
 
+from .demo_report import draw_replication_dashboard, print_geo_report, run_audit
 from .demo_access import (Check, RegionAccess, access_of, grant_app, pulsar_client, refusals, try_it_lines,
                           wait_granted)
 from .security import APP_ROLE
@@ -522,105 +522,6 @@ def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 10
     }
 
 
-def print_geo_report(report: dict[str, Any]) -> None:
-    regions = report["regions"]
-    table = Table(title=f"Replication delay: send to receipt, {report['messages_per_region']:,} msgs of "
-                        f"{report['size_bytes']} B per region at {report['rate_per_region']:,.0f} msg/s")
-    for col in ("direction", "messages", "p50 ms", "p99 ms", "max ms"):
-        table.add_column(col, justify="left" if col == "direction" else "right")
-    for key, d in report["delay_ms"].items():
-        table.add_row(key, f"{d['count']:,}", f"{d.get('p50', 0):.1f}", f"{d.get('p99', 0):.1f}",
-                      f"{d.get('max', 0):.1f}")
-    console.print(table)
-
-    table = Table(title=f"Topic stats of {report['topic']} (backlogs in entries, as Pulsar counts them)")
-    for col in ("region", "msgs in", "sub backlog", "to", "repl backlog", "repl msgs out", "repl delay s",
-                "connected"):
-        table.add_column(col, justify="left" if col in ("region", "to") else "right")
-    for r in regions:
-        st = report["stats"].get(r) or {"replication": {}}
-        for remote, x in st["replication"].items():
-            table.add_row(r, f"{st['msgInCounter']:,}", str(st["subscriptionBacklog"]), remote,
-                          str(x["replicationBacklog"]), f"{x['msgOutCounter'] or 0:,}",
-                          f"{x['replicationDelayInSeconds'] or 0:.3f}", "yes" if x["connected"] else "[red]no[/red]")
-    console.print(table)
-
-    fo = report["failover"]
-    if fo.get("resumed_at_seq") is not None:
-        console.print(
-            f"Failover ({report['failover_topic']}, subscription {FAILOVER_SUBSCRIPTION}): {fo['messages']:,} "
-            f"messages; #0..#{fo['last_acked_seq']} acknowledged in {fo['from']}; {fo['to']}'s subscription "
-            f"settled {fo['followed_after_s']} s after the consumer left; resumed there at #{fo['resumed_at_seq']} "
-            f"({fo['redelivered']} delivered again, {fo['redelivered'] / fo['rate']:.1f} s of traffic at "
-            f"{fo['rate']:,.0f} msg/s: acknowledged after the last snapshot passed; one snapshot a second).")
-
-    table = Table(title="Checks")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail")
-    for c in report["checks"]:
-        table.add_row(c["name"], "[green]pass[/green]" if c["ok"] else "[red]FAIL[/red]", c["detail"])
-    console.print(table)
-
-
-# -------------------------------------------------------------------------------------------------- pictures
-
-
-def draw_replication_dashboard(topo: dict[str, Any], out: pathlib.Path) -> bool:
-    """Draws the geo-replication dashboard from the deployment's Prometheus as PNG files (what Grafana would show
-    for the last 10 minutes), and says where; False when a panel could not be drawn."""
-    from observability.render import RenderError, RenderOptions, render_dashboards
-
-    try:
-        drawn = render_dashboards(RenderOptions(prometheus_url=topo["prometheus"]["url"], out_dir=out,
-                                                dashboards=("replication",), range_s=600, step_s=5))
-    except RenderError as exc:
-        console.print(f"[red]the replication dashboard could not be drawn: {exc}[/red]")
-        return False
-    panels = drawn.manifest["dashboards"][0]["panels"]
-    with_data = sum(1 for p in panels if p.get("series"))
-    console.print(f"\nThe geo-replication dashboard, drawn from Prometheus ({len(panels)} panels, {with_data} with "
-                  f"data): {drawn.index_path}", markup=False)
-    for failure in drawn.failures:
-        console.print(f"[red]  {failure}[/red]")
-    return not drawn.failures
-
-
-# -------------------------------------------------------------------------------------------------- audit
-
-
-def run_audit(data_dir: pathlib.Path, topo: dict[str, Any]) -> bool:
-    """The Spark consistency audit (``magnetar audit``) of the demo's namespace in every region, on
-    ``local[2]``: its summary is shown and its report and violations are written under ``<data-dir>/audit``.
-    True when it found no violation."""
-    from spark.audit import AuditError, session, summary
-    from spark.audit.runner import audit_deployment
-
-    out = data_dir / "audit"
-    console.print(f"\nThe consistency audit of {NAMESPACE} (Spark, local[2], read straight from each region's "
-                  f"bookies)...", markup=False)
-    # The jobs are over: unloading the namespace's topics closes each one's open ledger, so its newest entry is
-    # confirmed to the bookies too (the data source reads an open ledger only up to what its bookies know is
-    # confirmed, one entry behind the broker: docs/spark.md).
-    for region in topo["regions"]:
-        admin = access_of(topo, region).admin()
-        for topic in admin.get(f"/admin/v2/persistent/{NAMESPACE}") or []:
-            admin.request("PUT", f"/admin/v2/{topic.replace('://', '/')}/unload")
-    try:
-        spark = session(master="local[2]")
-        try:
-            report = audit_deployment(spark, data_dir / "topology.json", namespace=NAMESPACE, out_dir=out)
-        finally:
-            spark.stop()
-    except AuditError as exc:
-        console.print(f"[red]the audit could not run: {exc}[/red]")
-        return False
-    for part in summary(report):
-        console.print(part)
-    console.print(f"audit report: {out / 'report.json'}", markup=False)
-    return bool(report["ok"])
-
-
 # -------------------------------------------------------------------------------------------------- run
 
 
@@ -643,11 +544,11 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
         console.print(f"\nRegions {', '.join(regions)}: tenant {TENANT}, namespace {NAMESPACE} replicated to all; "
                       f"each region produces and consumes with pulsar-client {how} (client log: {client_log})...")
         report = geo_job(topo, client_log=client_log)
-        print_geo_report(report)
+        print_geo_report(report, console, FAILOVER_SUBSCRIPTION)
         ok = report["ok"]
         if "prometheus" in topo:
-            ok = draw_replication_dashboard(topo, data_dir / "dashboards") and ok
-        ok = run_audit(data_dir, topo) and ok
+            ok = draw_replication_dashboard(topo, data_dir / "dashboards", console) and ok
+        ok = run_audit(data_dir, topo, NAMESPACE, console) and ok
         console.print("\nTry it yourself (.venv/bin/magnetar):", markup=False)
         for line in try_it_lines(topo, data_dir, NAMESPACE, report["topic"]):
             console.print(f"  {line}", markup=False, highlight=False)

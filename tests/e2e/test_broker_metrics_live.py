@@ -15,7 +15,6 @@ so every per-topic, per-subscription and per-remote-cluster family has series:
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import urllib.request
 import uuid
@@ -101,7 +100,6 @@ def promtool_problems(text: str) -> list[tuple[str, str]]:
     return problems
 
 
-@pytest.mark.skipif(not shutil.which(PROMTOOL), reason="promtool is installed by scripts/ensure-prometheus")
 def test_promtool_finds_no_problem_but_pulsars_own_names(regions, clients) -> None:
     ns = replicated_namespace(regions)
     topic = f"persistent://{ns}/orders-{uuid.uuid4().hex[:6]}"

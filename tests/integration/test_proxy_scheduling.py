@@ -30,7 +30,7 @@ def _kernel_takes_slices() -> bool:
     return _in_a_thread(lambda: (slice_in_force_us(), request_slice(100))[1] == 100)
 
 
-needs_slices = pytest.mark.skipif(not _kernel_takes_slices(), reason="the kernel has no per-task slices (Linux 6.12+)")
+needs_slices = pytest.mark.skipif(not _kernel_takes_slices(), reason="issue 14: the kernel has no per-task slices (Linux 6.12+)")
 
 
 @needs_slices

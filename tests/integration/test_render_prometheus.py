@@ -35,7 +35,6 @@ PROMETHEUS = pathlib.Path("/usr/bin/prometheus")
 FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "data" / "dashboards" / "render-fixture.json"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(not PROMETHEUS.exists(), reason="Prometheus not installed (scripts/ensure-prometheus)")
 
 
 class _Target:

@@ -317,9 +317,7 @@ def test_the_scrape_config_names_every_process_that_serves_metrics() -> None:
 def test_zookeepers_serve_metrics_where_prometheus_scrapes_them() -> None:
     for name in (n for n in SERVICES if parse_command(SERVICES[n])[0] == "zookeeper"):
         params = parse_command(SERVICES[name])[1]
-        if "metrics_port" not in params:
-            pytest.skip("magnetar zookeeper has no --metrics-port yet: its /metrics comes with the prom branch")
-        assert params["metrics_port"] == ZOOKEEPER_METRICS_PORT, name
+        assert params.get("metrics_port") == ZOOKEEPER_METRICS_PORT, name
 
 
 def test_promtool_accepts_the_compose_scrape_config(tmp_path: pathlib.Path) -> None:
