@@ -20,6 +20,7 @@ from bookie.client import LedgerClient, LedgerClientConfig
 from config_store import KazooMetadataStore, RegionStore
 from magnetar import process_main
 from observability import MetricsServer, serve_metrics
+from observability.runtime import RuntimeMetrics, tune_runtime
 
 from .auditor import Auditor
 from .config import AutoRecoveryConfig
@@ -45,6 +46,7 @@ class AutoRecoveryServer:
         self.auditor: Optional[Auditor] = None
         self.worker: Optional[ReplicationWorker] = None
         self._http: Optional[MetricsServer] = None
+        self.runtime_metrics: Optional[RuntimeMetrics] = None
         self._closed = False
 
     async def start(self) -> None:
@@ -73,6 +75,8 @@ class AutoRecoveryServer:
         self.auditor.start()
         self.worker.start()
         self._http = serve_metrics(self.registry, c.bind_host, c.http_port, health=self._health)
+        self.runtime_metrics = RuntimeMetrics(self.registry)
+        self.runtime_metrics.start()
         self._write_endpoints()
         log.info("auto-recovery %s ready (metrics on http://%s:%d/metrics)", self.worker_id, c.bind_host,
                  self._http.port)
@@ -94,6 +98,8 @@ class AutoRecoveryServer:
         if self._closed:
             return
         self._closed = True
+        if self.runtime_metrics is not None:
+            self.runtime_metrics.close()
         for part in (self.worker, self.auditor):
             if part is not None:
                 await part.close()
@@ -115,4 +121,5 @@ class AutoRecoveryServer:
 
 def run(config_path: pathlib.Path) -> None:
     """Entry point of ``magnetar autorecovery --config FILE``."""
-    process_main.run(config_path, settings=AutoRecoveryConfig, server=AutoRecoveryServer, log=log)
+    process_main.run(config_path, settings=AutoRecoveryConfig, server=AutoRecoveryServer, log=log,
+                     tune_runtime=tune_runtime)
