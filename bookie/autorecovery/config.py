@@ -33,6 +33,7 @@ class AutoRecoveryConfig(TomlSettings):
         throttle_entries_per_s: entries copied per second by this worker at most (0: unlimited).
         throttle_bytes_per_s: payload bytes copied per second by this worker at most (0: unlimited).
         copy_batch_entries: entries read and written per round trip.
+        parallel_ledgers: ledgers one worker repairs at the same time (the throttle covers them all).
         scrub_interval_ms: how often the auditor reads back every fragment of every closed ledger from its
             bookies to find corrupt (CRC failure) and missing entries; 0 disables scrubbing.
         zk_session_timeout_ms: ZooKeeper session timeout (a dead worker's locks and a dead auditor's
@@ -54,6 +55,7 @@ class AutoRecoveryConfig(TomlSettings):
     throttle_entries_per_s: float = 0.0
     throttle_bytes_per_s: float = 50 * 1024 * 1024
     copy_batch_entries: int = 500
+    parallel_ledgers: int = 4
     scrub_interval_ms: int = 0
     zk_session_timeout_ms: int = 10_000
     read_timeout_ms: int = 5_000
@@ -72,7 +74,7 @@ class AutoRecoveryConfig(TomlSettings):
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"http_port must be in 0..65535, not {self.http_port}")
         for name in ("audit_interval_ms", "worker_interval_ms", "open_ledger_retry_ms", "copy_batch_entries",
-                     "zk_session_timeout_ms", "read_timeout_ms"):
+                     "parallel_ledgers", "zk_session_timeout_ms", "read_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
         for name in ("lost_bookie_grace_ms", "throttle_entries_per_s", "throttle_bytes_per_s", "scrub_interval_ms"):

@@ -15,7 +15,8 @@ Per ledger (BookKeeper's ``ReplicationWorker`` + ``LedgerFragmentReplicator`` ro
 4. release the lock.
 
 Under the lock, the metadata is re-read before the swap: a fragment already repaired is not repaired again,
-so each fragment costs exactly one metadata write. Copies are throttled (entries/s, bytes/s).
+so each fragment costs exactly one metadata write. Copies are throttled (entries/s, bytes/s, shared by the
+``parallel_ledgers`` ledgers a worker repairs at once).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class ReplicationWorker:
 
     def __init__(self, region: RegionStore, client: LedgerClient, ur: UnderReplicationStore,
                  metrics: AutoRecoveryMetrics, *, worker_id: str, interval_s: float, open_ledger_retry_s: float,
-                 throttle: Throttle, batch_entries: int) -> None:
+                 throttle: Throttle, batch_entries: int, parallel_ledgers: int = 4) -> None:
         self.region = region
         self.client = client
         self.ur = ur
@@ -63,6 +64,7 @@ class ReplicationWorker:
         self.open_ledger_retry_s = open_ledger_retry_s
         self.throttle = throttle
         self.batch_entries = batch_entries
+        self.parallel_ledgers = parallel_ledgers
         self._later: dict[int, float] = {}  # ledger -> monotonic time before which it is not tried again
         self._wakeup = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
@@ -97,26 +99,31 @@ class ReplicationWorker:
                 pass
 
     async def run_once(self) -> int:
-        """One pass over the records: every ledger not locked elsewhere and not waiting is tried. Returns the
-        number of fragments repaired."""
+        """One pass over the records: every ledger not locked elsewhere and not waiting is tried, up to
+        ``parallel_ledgers`` at a time. Returns the number of fragments repaired."""
         ids = await self.ur.list_ledgers()
         random.shuffle(ids)  # workers started together spread over the ledgers
         now = time.monotonic()
+        ids = [lid for lid in ids if self._later.get(lid, 0.0) <= now]
         repaired = 0
-        for ledger_id in ids:
-            if self._later.get(ledger_id, 0.0) > now:
-                continue
-            if not await self.ur.enabled():
-                break
-            if not await self.ur.try_lock(ledger_id, self.worker_id):
-                continue
-            try:
-                repaired += await self.repair_ledger(ledger_id)
-            finally:
+        todo = iter(ids)
+
+        async def lane() -> None:
+            nonlocal repaired
+            for ledger_id in todo:
+                if not await self.ur.enabled():
+                    return
+                if not await self.ur.try_lock(ledger_id, self.worker_id):
+                    continue
                 try:
-                    await self.ur.unlock(ledger_id)
-                except MetadataError as err:  # the session went: the lock went with it
-                    log.warning("[ledger %d] unlock: %s", ledger_id, err)
+                    repaired += await self.repair_ledger(ledger_id)
+                finally:
+                    try:
+                        await self.ur.unlock(ledger_id)
+                    except MetadataError as err:  # the session went: the lock went with it
+                        log.warning("[ledger %d] unlock: %s", ledger_id, err)
+
+        await asyncio.gather(*(lane() for _ in range(self.parallel_ledgers)))
         return repaired
 
     async def repair_ledger(self, ledger_id: int) -> int:
