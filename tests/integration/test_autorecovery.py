@@ -6,8 +6,9 @@
   is SIGKILLed and every acknowledged entry still reads back byte-identical;
 * a live bookie decommissioned while a writer and a reader run: neither sees an error, and afterwards no
   ledger names the bookie, so stopping it loses nothing;
-* bytes flipped in an entry log on disk: the scrubber finds the record failing its CRC and the fragment is
-  re-replicated from the good copy.
+* bytes flipped in an entry log on disk, and a ledger deleted from one bookie its metadata still names: the
+  scrubber finds the record failing its CRC and the missing entries, and both fragments are re-replicated
+  from the good copies.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ async def test_decommission_under_load_loses_nothing(tmp_path, zk_connect) -> No
     await read_back(zk_connect, written)
 
 
-async def test_corrupt_entry_on_disk_found_by_scrubber_and_repaired(tmp_path, zk_connect) -> None:
+async def test_corrupt_and_missing_entries_found_by_scrubber_and_repaired(tmp_path, zk_connect) -> None:
     bookies = start_bookies(4, tmp_path, zk_connect)
     by_id = {b.bookie_id: b for b in bookies}
     async with Region(zk_connect) as r:
@@ -233,13 +234,20 @@ async def test_corrupt_entry_on_disk_found_by_scrubber_and_repaired(tmp_path, zk
         got = await r.client.bookie_client(bad_id).read_entries(lid, [17])
         assert got[0].status == bookie_pb2.Status.INTERNAL  # the bookie itself refuses to return it
 
+        # Another ledger's copy is gone from one bookie although its metadata names it ("missing").
+        other = sorted(written)[1]
+        lacking = (await r.region.read_ledger(other)).value.ensembles[0][1][0]
+        assert await r.client.bookie_client(lacking).delete_ledger(other)
+
         procs = start_autorecovery(1, tmp_path, zk_connect, scrub_interval_ms=1000)
 
         async def repaired() -> bool:
             current = (await r.region.read_ledger(lid)).value
-            return bad_id not in current.ensembles[0][1] and not await r.ur.list_ledgers()
+            current_other = (await r.region.read_ledger(other)).value
+            return (bad_id not in current.ensembles[0][1] and lacking not in current_other.ensembles[0][1]
+                    and not await r.ur.list_ledgers())
 
         await wait_for_async(repaired, 60, interval_s=0.2, what="the corrupt fragment re-replicated")
         assert await replicas_intact(r, written, set(by_id))
-        assert metric_sum([procs[0].metrics_url], "magnetar_autorecovery_scrub_bad_entries_total") >= 1
+        assert metric_sum([procs[0].metrics_url], "magnetar_autorecovery_scrub_bad_entries_total") >= 2
     await read_back(zk_connect, written)
