@@ -22,7 +22,7 @@ last repair, and from the kill), and the foreground p50/p99 at half rate before 
     foreground at 50% during the repair: p50 5.0 ms, p99 31.0 ms (1,950 entries/s)
 
 Usage: ``.venv/bin/python bench/autorecovery.py [--entries 50000] [--size 1024] [--ledgers 100]
-[--throttle-mb 50] [--seconds 5]``
+[--throttle-mb 50] [--parallel 4] [--seconds 5]``
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ lost_bookie_grace_ms = 2000
 audit_interval_ms = 1000
 worker_interval_ms = 200
 throttle_bytes_per_s = {throttle}
+parallel_ledgers = {parallel}
 """
 
 
@@ -192,7 +193,7 @@ async def bench(topology: dict, args) -> None:
                   f"{done - killed:.1f} s (grace 2.0 s)", flush=True)
             print(f"re-replicated {entries:,.0f} entries, {nbytes / 1e6:.1f} MB in {copy_s:.1f} s: "
                   f"{nbytes / 1e6 / copy_s:.1f} MB/s, {entries / copy_s:,.0f} entries/s "
-                  f"(throttle {args.throttle_mb:g} MB/s)", flush=True)
+                  f"(throttle {args.throttle_mb:g} MB/s, {args.parallel} ledgers at once)", flush=True)
             print(f"foreground at 50% during the repair: p50 {ms(during, 50):.1f} ms, p99 {ms(during, 99):.1f} ms "
                   f"({rate_during:,.0f} entries/s)", flush=True)
     finally:
@@ -205,13 +206,14 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024, help="entry size in bytes")
     parser.add_argument("--ledgers", type=int, default=100)
     parser.add_argument("--throttle-mb", type=float, default=50.0, help="auto-recovery bytes/s per worker, MB")
+    parser.add_argument("--parallel", type=int, default=4, help="ledgers the worker repairs at once")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of the peak and baseline phases")
     parser.add_argument("--timeout-s", type=float, default=600.0)
     args = parser.parse_args()
     magnetar = [sys.executable, "-m", "magnetar"]
     data_dir = pathlib.Path(tempfile.mkdtemp(prefix="magnetar-bench-ar-"))
     topo = data_dir / "topology.toml"
-    topo.write_text(TOPOLOGY.format(throttle=int(args.throttle_mb * 1e6)))
+    topo.write_text(TOPOLOGY.format(throttle=int(args.throttle_mb * 1e6), parallel=args.parallel))
     subprocess.run(magnetar + ["up", str(topo), "--data-dir", str(data_dir / "d"), "--detach"], check=True,
                    stdout=subprocess.DEVNULL)
     try:

@@ -8,6 +8,9 @@ holds an entry it lacks. Either way the fragment is recorded under-replicated (r
 ``missing``) and a worker re-replicates it from a good copy to another bookie, which takes the bad bookie's
 slot in that segment (the bad copy is no longer referenced).
 
+Entries written by brokers also carry Pulsar's CRC32C, computed by the producer over metadata and payload
+(:mod:`.pulsar_check`): a copy failing it while another replica's copy passes is flagged ``corrupt`` too.
+
 Only CLOSED ledgers are scrubbed (an open ledger's tail is still being written), only on registered bookies
 (a gone bookie is the auditor's business), throttled like the workers' copies. The scrub runs in the
 elected auditor and reads over gRPC, so a bookie's own disk is checked by its ordinary read path.
@@ -26,6 +29,7 @@ from magnetar.proto import bookie_pb2
 
 from .metrics import AutoRecoveryMetrics
 from .model import REASON_CORRUPT, REASON_MISSING, Fragment, Throttle, batches, fragment_entries, segments
+from .pulsar_check import pulsar_entry_intact
 from .underreplication import UnderReplicationStore
 
 log = logging.getLogger("bookie.autorecovery.scrubber")
@@ -83,10 +87,29 @@ class Scrubber:
                 await asyncio.sleep(delay)
             self.metrics.scrubbed_entries.inc(len(entries))
             for entry in entries:
-                if entry.status == Status.INTERNAL:
+                if entry.status == Status.INTERNAL or (
+                        entry.status == Status.OK and pulsar_entry_intact(entry.payload) is False
+                        and await self._good_copy_elsewhere(md, fragment, entry.entry_id)):
                     reason = REASON_CORRUPT
                     self.metrics.scrub_bad_entries.inc()
                 elif entry.status == Status.NO_SUCH_ENTRY:
                     reason = reason or REASON_MISSING
                     self.metrics.scrub_bad_entries.inc()
         return reason
+
+    async def _good_copy_elsewhere(self, md, fragment: Fragment, entry_id: int) -> bool:
+        """Whether another replica holds the entry with Pulsar's checksum intact. A copy that fails it here
+        but nowhere else is this bookie's fault; one that fails it everywhere was stored that way (nothing
+        to repair it from: logged, not flagged)."""
+        for bookie in md.write_set(entry_id):
+            if bookie == fragment.bookie:
+                continue
+            try:
+                got = await self.client.bookie_client(bookie).read_entries(md.ledger_id, [entry_id])
+            except BookieError:
+                continue
+            if got and got[0].status == Status.OK and pulsar_entry_intact(got[0].payload):
+                return True
+        log.error("[ledger %d] entry %d fails Pulsar's checksum on every replica read", md.ledger_id, entry_id)
+        self.metrics.scrub_bad_entries.inc()
+        return False

@@ -36,6 +36,7 @@ from config_store.errors import MetadataError
 from magnetar.proto import bookie_pb2
 
 from .metrics import AutoRecoveryMetrics
+from .pulsar_check import pulsar_entry_intact
 from .model import (Fragment, Throttle, batches, fragment_entries, replace_in_segment, repairable_now, segment_at,
                     still_pending)
 from .underreplication import LEDGERS, UnderReplicationStore
@@ -189,9 +190,13 @@ class ReplicationWorker:
         return updated
 
     async def _read(self, md: LedgerMetadata, fragment: Fragment, ids: list[int]) -> dict[int, tuple[int, bytes]]:
-        """``entry -> (lac, payload)`` read from the surviving replicas (never from the fragment's bookie)."""
+        """``entry -> (lac, payload)`` read from the surviving replicas (never from the fragment's bookie).
+
+        A copy whose Pulsar checksum fails (:mod:`.pulsar_check`) is passed over for another replica's; if
+        no replica has a better one, it is copied as it is (it is what was acknowledged)."""
         sources = {e: self.client.order_replicas([b for b in md.write_set(e) if b != fragment.bookie]) for e in ids}
         found: dict[int, tuple[int, bytes]] = {}
+        suspect: dict[int, tuple[int, bytes]] = {}
         errors: dict[int, str] = {}
         for round_no in range(md.write_quorum_size):
             wanted: dict[str, list[int]] = {}
@@ -211,10 +216,18 @@ class ReplicationWorker:
                         errors[e] = str(result)
                     continue
                 for entry in result:
-                    if entry.status == OK:
-                        found[entry.entry_id] = (entry.last_add_confirmed, entry.payload)
-                    else:
+                    if entry.status != OK:
                         errors[entry.entry_id] = f"bookie {bookie_id}: {bookie_pb2.Status.Name(entry.status)}"
+                    elif pulsar_entry_intact(entry.payload) is False:
+                        suspect.setdefault(entry.entry_id, (entry.last_add_confirmed, entry.payload))
+                        errors[entry.entry_id] = f"bookie {bookie_id}: Pulsar checksum mismatch"
+                    else:
+                        found[entry.entry_id] = (entry.last_add_confirmed, entry.payload)
+        for e, copy in suspect.items():
+            if e not in found:
+                log.error("[ledger %d] entry %d fails Pulsar's checksum on every surviving replica; copied as it is",
+                          md.ledger_id, e)
+                found[e] = copy
         lacking = [e for e in ids if e not in found]
         if lacking:
             e = lacking[0]

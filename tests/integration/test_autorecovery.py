@@ -6,9 +6,10 @@
   is SIGKILLed and every acknowledged entry still reads back byte-identical;
 * a live bookie decommissioned while a writer and a reader run: neither sees an error, and afterwards no
   ledger names the bookie, so stopping it loses nothing;
-* bytes flipped in an entry log on disk, and a ledger deleted from one bookie its metadata still names: the
-  scrubber finds the record failing its CRC and the missing entries, and both fragments are re-replicated
-  from the good copies.
+* bytes flipped in an entry log on disk, a ledger deleted from one bookie its metadata still names, and a
+  replica holding a Pulsar entry whose producer checksum fails: the scrubber finds the record failing its
+  CRC, the missing entries and the bad Pulsar copy, and the three fragments are re-replicated from the good
+  copies.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import urllib.request
 from bookie.autorecovery.model import fragment_entries, segments, Fragment
 from bookie.autorecovery.underreplication import UnderReplicationStore
 from bookie.client import LedgerClient, LedgerClientConfig
-from config_store import KazooMetadataStore, LedgerState, RegionStore
+from bookie.client.wire import encode_entry
+from config_store import KazooMetadataStore, LedgerMetadata, LedgerState, RegionStore
+from magnetar.protocol import pulsar_api_pb2 as pb
+from magnetar.protocol.frames import encode_entry as encode_pulsar_entry
 from magnetar.proto import bookie_pb2
 from tests.kit.autorecovery import start_autorecovery
 from tests.kit.bookies import start_bookies
@@ -90,6 +94,34 @@ async def read_back(zk_connect: str, written: dict[int, list[bytes]]) -> None:
             reader = await fresh.client.open_ledger(lid)
             entries = await reader.read(0, len(data) - 1)
             assert [e.payload for e in entries] == data, f"ledger {lid} differs"
+
+
+def pulsar_entry(i: int) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1)
+    return encode_pulsar_entry(md, f"message {i}".encode() * 20)
+
+
+async def write_with_one_bad_pulsar_copy(r: Region, ensemble: list[str], *, entry_id: int) -> tuple[int, str]:
+    """A CLOSED 3/2/2 ledger of 10 Pulsar entries written replica by replica; the first bookie of
+    ``entry_id``'s write set gets a copy with one payload byte flipped. Returns (ledger id, that bookie)."""
+    lid = await r.region.allocate_ledger_id()
+    md = LedgerMetadata(ledger_id=lid, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                        ensembles=[(0, ensemble)], state=LedgerState.CLOSED, last_entry_id=9)
+    await r.region.create_ledger(md)
+    bad_bookie = md.write_set(entry_id)[0]
+    loop = asyncio.get_running_loop()
+    futures = []
+    for e in range(10):
+        for bookie in md.write_set(e):
+            data = pulsar_entry(e)
+            if e == entry_id and bookie == bad_bookie:
+                data = data[:-3] + bytes([data[-3] ^ 0x55]) + data[-2:]
+            fut = loop.create_future()
+            r.client.bookie_client(bookie).add(encode_entry(lid, e, e - 1, data), e,
+                                               lambda _b, _e, status, _m, fut=fut: fut.set_result(status))
+            futures.append(fut)
+    assert set(await asyncio.gather(*futures)) == {OK}
+    return lid, bad_bookie
 
 
 def metric_sum(urls: list[str], name: str) -> float:
@@ -239,15 +271,21 @@ async def test_corrupt_and_missing_entries_found_by_scrubber_and_repaired(tmp_pa
         lacking = (await r.region.read_ledger(other)).value.ensembles[0][1][0]
         assert await r.client.bookie_client(lacking).delete_ledger(other)
 
+        # A ledger of Pulsar entries where one replica holds a copy whose Pulsar checksum fails (its bytes
+        # went bad before the bookie's own record CRC covered them).
+        pulsar_lid, pulsar_bad = await write_with_one_bad_pulsar_copy(r, sorted(by_id)[:3], entry_id=4)
+        written[pulsar_lid] = [pulsar_entry(i) for i in range(10)]
+
         procs = start_autorecovery(1, tmp_path, zk_connect, scrub_interval_ms=1000)
 
         async def repaired() -> bool:
             current = (await r.region.read_ledger(lid)).value
             current_other = (await r.region.read_ledger(other)).value
+            current_pulsar = (await r.region.read_ledger(pulsar_lid)).value
             return (bad_id not in current.ensembles[0][1] and lacking not in current_other.ensembles[0][1]
-                    and not await r.ur.list_ledgers())
+                    and pulsar_bad not in current_pulsar.ensembles[0][1] and not await r.ur.list_ledgers())
 
         await wait_for_async(repaired, 60, interval_s=0.2, what="the corrupt fragment re-replicated")
         assert await replicas_intact(r, written, set(by_id))
-        assert metric_sum([procs[0].metrics_url], "magnetar_autorecovery_scrub_bad_entries_total") >= 2
+        assert metric_sum([procs[0].metrics_url], "magnetar_autorecovery_scrub_bad_entries_total") >= 3
     await read_back(zk_connect, written)

@@ -104,3 +104,32 @@ def test_throttle_lets_a_second_of_work_through_then_paces_it() -> None:
     assert unlimited.delay_for(10**9, 10**12) == 0.0
     with pytest.raises(ValueError):
         Throttle(entries_per_s=-1, bytes_per_s=0)
+
+
+# -- Pulsar's checksum inside stored entries ----------------------------------------------------------------
+
+from magnetar.protocol import pulsar_api_pb2 as pb  # noqa: E402
+from magnetar.protocol.frames import encode_entry  # noqa: E402
+
+from bookie.autorecovery.pulsar_check import pulsar_entry_intact  # noqa: E402
+
+
+def _pulsar_entry(payload: bytes, *, bem: bool) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1)
+    return encode_entry(md, payload, broker_entry_metadata=pb.BrokerEntryMetadata(index=3) if bem else None)
+
+
+@given(st.binary(max_size=300), st.booleans(), st.data())
+def test_a_flipped_byte_after_the_checksum_is_caught(payload: bytes, bem: bool, data) -> None:
+    entry = _pulsar_entry(payload, bem=bem)
+    assert pulsar_entry_intact(entry) is True
+    start = entry.index(b"\x0e\x01") + 6
+    at = data.draw(st.integers(start, len(entry) - 1))
+    bad = bytearray(entry)
+    bad[at] ^= data.draw(st.integers(1, 255))
+    assert pulsar_entry_intact(bytes(bad)) is False
+
+
+def test_entries_without_pulsars_magic_are_not_judged() -> None:
+    assert pulsar_entry_intact(b"") is None
+    assert pulsar_entry_intact(b"plain ledger entry bytes") is None
