@@ -42,6 +42,9 @@ class AutoRecoveryMetrics:
         self.failures = counter(
             "magnetar_autorecovery_failures_total",
             "Fragment repairs that failed (retried later): no source replica, no target bookie, a bookie error.")
+        self.deferred = counter(
+            "magnetar_autorecovery_deferred_total",
+            "Claims of an under-replicated ledger left for later because it is still open (a live writer owns it).")
         self.scrubbed_entries = counter(
             "magnetar_autorecovery_scrubbed_entries_total", "Entries the scrubber read back from bookies.")
         self.scrub_bad_entries = counter(

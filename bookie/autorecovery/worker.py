@@ -139,6 +139,7 @@ class ReplicationWorker:
             await self.ur.drop(ledger_id)
             return 0
         if not repairable_now(md):
+            self.metrics.deferred.inc()
             log.info("[ledger %d] is %s: repaired once it is closed", ledger_id, md.state.value)
             self._later[ledger_id] = time.monotonic() + self.open_ledger_retry_s
             return 0

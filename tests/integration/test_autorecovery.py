@@ -289,3 +289,34 @@ async def test_corrupt_and_missing_entries_found_by_scrubber_and_repaired(tmp_pa
         assert await replicas_intact(r, written, set(by_id))
         assert metric_sum([procs[0].metrics_url], "magnetar_autorecovery_scrub_bad_entries_total") >= 3
     await read_back(zk_connect, written)
+
+
+async def test_an_open_ledger_is_repaired_only_once_its_writer_closed_it(tmp_path, zk_connect) -> None:
+    """The writer of an open ledger outlives one of its bookies: its ensemble change moves new entries to
+    another bookie, the earlier segment stays under-replicated (recorded, not touched) while the writer
+    writes on, and is repaired once the writer closes the ledger. The writer never sees an error."""
+    bookies = start_bookies(4, tmp_path, zk_connect)
+    by_id = {b.bookie_id: b for b in bookies}
+    async with Region(zk_connect) as r:
+        await wait_for_async(lambda: len(r.client.writable_bookies()) == 4, 30, what="4 writable bookies")
+        (recovery,) = start_autorecovery(1, tmp_path, zk_connect)
+        handle = await r.client.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+        lid = handle.ledger_id
+        data = [payload(lid, e, 256) for e in range(400)]
+        await asyncio.gather(*(handle.add_nowait(p) for p in data[:200]))
+        victim_id = handle.metadata.ensembles[0][1][0]
+        by_id.pop(victim_id).kill()
+        await asyncio.gather(*(handle.add_nowait(p) for p in data[200:300]))  # ensemble change on the way
+        await wait_for_async(lambda: r.ur.read(lid), 60, interval_s=0.2, what="the open ledger recorded")
+        version = (await r.region.read_ledger(lid)).version
+        deferred = metric_sum([recovery.metrics_url], "magnetar_autorecovery_deferred_total")
+        await wait_for_async(
+            lambda: metric_sum([recovery.metrics_url], "magnetar_autorecovery_deferred_total") >= deferred + 2, 30,
+            interval_s=0.2, what="the worker passing the open ledger over twice more")
+        current = await r.region.read_ledger(lid)
+        assert current.version == version and current.value.state is LedgerState.OPEN
+        assert victim_id in current.value.ensembles[0][1]
+        await asyncio.gather(*(handle.add_nowait(p) for p in data[300:]))  # the writer is unharmed
+        await handle.close()
+        await wait_for_async(lambda: replicas_intact(r, {lid: data}, set(by_id)), 60, interval_s=0.5,
+                             what="the closed ledger's earlier segment repaired")
