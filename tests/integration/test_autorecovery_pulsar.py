@@ -1,4 +1,4 @@
-"""Issue 19's first "must show" through Pulsar's own client: 4 bookie processes, E/Qw/Qa 3/2/2, 50,000
+"""Issue 19's "must show" through Pulsar's own client. First: 4 bookie processes, E/Qw/Qa 3/2/2, 50,000
 messages over many ledgers (a broker rolling its ledger every 20 entries), an auto-recovery process. One
 bookie SIGKILLed and its data deleted: the producer sees no error (its next entries take an ensemble change)
 and, within the grace period plus the copy time, every ledger fragment is back at Qw intact copies on live
@@ -112,6 +112,81 @@ def test_fifty_thousand_messages_survive_a_lost_bookie_then_a_second_loss(tmp_pa
         got = [consumer.receive(15_000).data() for _ in range(MESSAGES)]
         assert got == [message(i) for i in range(MESSAGES)]
     finally:
+        try:
+            client.close()
+        finally:
+            broker.stop()
+            for b in bookies:
+                b.process.cleanup()
+
+
+def test_decommission_under_pulsar_load_no_error_nothing_lost(tmp_path, zk_connect) -> None:
+    """A producer and a consumer run through a broker while ``magnetar admin bookies decommission --wait``
+    empties a bookie: neither sees an error, the broker's new ledgers avoid the bookie, and once it is
+    SIGKILLed every message still reads back."""
+    import subprocess
+    import sys
+    import threading
+
+    storage = real_storage(tmp_path, zk_connect, bookies=4, max_entries_per_ledger=20)
+    storage.pop("held")
+    bookies = storage.pop("bookies")
+    start_autorecovery(1, tmp_path, zk_connect)
+    broker = BrokerThread(**storage).start()
+    client = make_client(broker.url)
+    topic = unique_topic("decommission")
+    leaving = bookies[2]
+    sent: list[bytes] = []
+    received: list[bytes] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    try:
+        consumer = client.subscribe(topic, "live", initial_position=pulsar.InitialPosition.Earliest)
+        client.subscribe(topic, "after", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
+                                          batching_max_publish_delay_ms=2)
+
+        def produce() -> None:
+            i = 0
+            try:
+                while not stop.is_set():
+                    producer.send(message(i))  # synchronous: each send is acknowledged or raises
+                    sent.append(message(i))
+                    i += 1
+            except BaseException as err:  # noqa: BLE001 - asserted empty below
+                errors.append(err)
+
+        def consume() -> None:
+            try:
+                while not stop.is_set() or len(received) < len(sent):
+                    msg = consumer.receive(15_000)
+                    received.append(msg.data())
+                    consumer.acknowledge(msg)
+            except BaseException as err:  # noqa: BLE001
+                errors.append(err)
+
+        threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(sent) >= 500, 60, what="traffic flowing")
+        cli = subprocess.run(
+            [sys.executable, "-m", "magnetar", "admin", "bookies", "decommission", leaving.bookie_id, "--wait",
+             "--timeout-s", "120", "--zookeeper", zk_connect], capture_output=True, text=True, timeout=180)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        done_at = len(sent)
+        wait_for(lambda: len(sent) >= done_at + 500, 60, what="traffic after the decommission")
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert received == sent
+        assert asyncio.run(fragments_at_qw_on(zk_connect, {b.bookie_id for b in bookies} - {leaving.bookie_id}))
+
+        leaving.kill()
+        after = client.subscribe(topic, "after")
+        assert [after.receive(15_000).data() for _ in range(len(sent))] == sent
+    finally:
+        stop.set()
         try:
             client.close()
         finally:
