@@ -36,9 +36,9 @@ from config_store.errors import MetadataError
 from magnetar.proto import bookie_pb2
 
 from .metrics import AutoRecoveryMetrics
-from .pulsar_check import pulsar_entry_intact
 from .model import (Fragment, Throttle, batches, fragment_entries, replace_in_segment, repairable_now, segment_at,
                     still_pending)
+from .pulsar_check import pulsar_entry_intact
 from .underreplication import LEDGERS, UnderReplicationStore
 
 log = logging.getLogger("bookie.autorecovery.worker")

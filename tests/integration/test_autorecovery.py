@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import shutil
 import subprocess

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
+import threading
 import urllib.request
 
 import pulsar
@@ -124,10 +127,6 @@ def test_decommission_under_pulsar_load_no_error_nothing_lost(tmp_path, zk_conne
     """A producer and a consumer run through a broker while ``magnetar admin bookies decommission --wait``
     empties a bookie: neither sees an error, the broker's new ledgers avoid the bookie, and once it is
     SIGKILLed every message still reads back."""
-    import subprocess
-    import sys
-    import threading
-
     storage = real_storage(tmp_path, zk_connect, bookies=4, max_entries_per_ledger=20)
     storage.pop("held")
     bookies = storage.pop("bookies")
