@@ -30,6 +30,10 @@ class AutoRecoveryConfig(TomlSettings):
         worker_interval_ms: how often an idle worker looks for under-replicated ledgers to claim.
         open_ledger_retry_ms: a record of a ledger that is still OPEN or IN_RECOVERY is retried this much later
             (it is repaired once the ledger is closed, never under a live writer).
+        open_ledger_fence_ms: a ledger still OPEN this long after a worker first found it under-replicated is
+            recovered (fenced and closed, cutting off its writer if it has one) and then repaired, as
+            BookKeeper's ``openLedgerRereplicationGracePeriod``; 0 (the default) never takes a ledger from
+            its writer.
         throttle_entries_per_s: entries copied per second by this worker at most (0: unlimited).
         throttle_bytes_per_s: payload bytes copied per second by this worker at most (0: unlimited).
         copy_batch_entries: entries read and written per round trip.
@@ -52,6 +56,7 @@ class AutoRecoveryConfig(TomlSettings):
     audit_interval_ms: int = 60_000
     worker_interval_ms: int = 1_000
     open_ledger_retry_ms: int = 10_000
+    open_ledger_fence_ms: int = 0
     throttle_entries_per_s: float = 0.0
     throttle_bytes_per_s: float = 50 * 1024 * 1024
     copy_batch_entries: int = 500
@@ -77,6 +82,7 @@ class AutoRecoveryConfig(TomlSettings):
                      "parallel_ledgers", "zk_session_timeout_ms", "read_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("lost_bookie_grace_ms", "throttle_entries_per_s", "throttle_bytes_per_s", "scrub_interval_ms"):
+        for name in ("lost_bookie_grace_ms", "open_ledger_fence_ms", "throttle_entries_per_s",
+                     "throttle_bytes_per_s", "scrub_interval_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")

@@ -71,7 +71,8 @@ class AutoRecoveryServer:
         self.worker = ReplicationWorker(region, self.client, ur, self.metrics, worker_id=self.worker_id,
                                         interval_s=c.worker_interval_ms / 1000,
                                         open_ledger_retry_s=c.open_ledger_retry_ms / 1000, throttle=throttle(),
-                                        batch_entries=c.copy_batch_entries, parallel_ledgers=c.parallel_ledgers)
+                                        batch_entries=c.copy_batch_entries, parallel_ledgers=c.parallel_ledgers,
+                                        open_ledger_fence_s=c.open_ledger_fence_ms / 1000)
         self.auditor.start()
         self.worker.start()
         self._http = serve_metrics(self.registry, c.bind_host, c.http_port, health=self._health)

@@ -5,7 +5,9 @@ Per ledger (BookKeeper's ``ReplicationWorker`` + ``LedgerFragmentReplicator`` ro
 1. claim it: create the ephemeral lock node ``/ledgers/underreplication/locks/<id>``; a ledger locked by
    another worker is skipped, and a worker that dies releases its ledgers with its ZooKeeper session;
 2. read the record and the ledger's metadata; a deleted ledger's record is dropped; a ledger that is not
-   CLOSED is left for later (``open_ledger_retry_ms``): a live writer owns its ensembles;
+   CLOSED is left for later (``open_ledger_retry_ms``): a live writer owns its ensembles; with
+   ``open_ledger_fence_ms`` set, one still open that long is recovered (fenced and closed: its writer, if
+   any, is cut off, as BookKeeper's ``openLedgerRereplicationGracePeriod`` does) and then repaired;
 3. for each fragment whose bookie still holds its slot: choose a writable bookie outside the segment's
    ensemble (and not lost, not decommissioning) as placement does; read every entry of the fragment from a
    surviving replica of its write set; write it to the new bookie as a *recovery add* (which the bookie
@@ -55,7 +57,8 @@ class ReplicationWorker:
 
     def __init__(self, region: RegionStore, client: LedgerClient, ur: UnderReplicationStore,
                  metrics: AutoRecoveryMetrics, *, worker_id: str, interval_s: float, open_ledger_retry_s: float,
-                 throttle: Throttle, batch_entries: int, parallel_ledgers: int = 4) -> None:
+                 throttle: Throttle, batch_entries: int, parallel_ledgers: int = 4,
+                 open_ledger_fence_s: float = 0.0) -> None:
         self.region = region
         self.client = client
         self.ur = ur
@@ -66,6 +69,8 @@ class ReplicationWorker:
         self.throttle = throttle
         self.batch_entries = batch_entries
         self.parallel_ledgers = parallel_ledgers
+        self.open_ledger_fence_s = open_ledger_fence_s
+        self._open_since: dict[int, float] = {}  # ledger -> when this worker first found it open and recorded
         self._later: dict[int, float] = {}  # ledger -> monotonic time before which it is not tried again
         self._wakeup = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
@@ -139,10 +144,25 @@ class ReplicationWorker:
             await self.ur.drop(ledger_id)
             return 0
         if not repairable_now(md):
-            self.metrics.deferred.inc()
-            log.info("[ledger %d] is %s: repaired once it is closed", ledger_id, md.state.value)
-            self._later[ledger_id] = time.monotonic() + self.open_ledger_retry_s
-            return 0
+            since = self._open_since.setdefault(ledger_id, time.monotonic())
+            if not (self.open_ledger_fence_s > 0 and time.monotonic() - since >= self.open_ledger_fence_s):
+                self.metrics.deferred.inc()
+                log.info("[ledger %d] is %s: repaired once it is closed", ledger_id, md.state.value)
+                self._later[ledger_id] = time.monotonic() + self.open_ledger_retry_s
+                return 0
+            # BookKeeper's openLedgerRereplicationGracePeriod: a ledger open this long with a lost fragment is
+            # taken from its writer (fenced, its end settled, closed) so that it can be repaired.
+            log.warning("[ledger %d] still %s after %.0f s with a lost fragment: fencing and closing it", ledger_id,
+                        md.state.value, time.monotonic() - since)
+            try:
+                await self.client.open_ledger(ledger_id, recovery=True)
+            except (BookieError, MetadataError) as err:
+                self.metrics.failures.inc()
+                log.warning("[ledger %d] recovery failed: %s", ledger_id, err)
+                self._later[ledger_id] = time.monotonic() + self.open_ledger_retry_s
+                return 0
+            md = (await self.region.read_ledger(ledger_id)).value
+        self._open_since.pop(ledger_id, None)
         repaired = 0
         for fragment in got.value.fragments:
             if not still_pending(md, fragment):

@@ -319,3 +319,28 @@ async def test_an_open_ledger_is_repaired_only_once_its_writer_closed_it(tmp_pat
         await handle.close()
         await wait_for_async(lambda: replicas_intact(r, {lid: data}, set(by_id)), 60, interval_s=0.5,
                              what="the closed ledger's earlier segment repaired")
+
+
+async def test_an_abandoned_open_ledger_is_fenced_after_the_open_ledger_grace_and_repaired(tmp_path, zk_connect) -> None:
+    """With ``open_ledger_fence_ms`` set, a ledger whose writer went away (never closed) while one of its
+    bookies was lost is recovered by the worker (fenced, closed at its last acknowledged entry) and repaired;
+    every acknowledged entry reads back."""
+    bookies = start_bookies(4, tmp_path, zk_connect)
+    by_id = {b.bookie_id: b for b in bookies}
+    async with Region(zk_connect) as r:
+        await wait_for_async(lambda: len(r.client.writable_bookies()) == 4, 30, what="4 writable bookies")
+        start_autorecovery(1, tmp_path, zk_connect, open_ledger_fence_ms=2000)
+        handle = await r.client.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+        lid = handle.ledger_id
+        data = [payload(lid, e, 256) for e in range(300)]
+        await asyncio.gather(*(handle.add_nowait(p) for p in data))  # all acknowledged; never closed
+        victim_id = handle.metadata.ensembles[0][1][1]
+        by_id.pop(victim_id).kill()
+
+        async def closed_and_repaired() -> bool:
+            md = (await r.region.read_ledger(lid)).value
+            return md.state is LedgerState.CLOSED and await replicas_intact(r, {lid: data}, set(by_id))
+
+        await wait_for_async(closed_and_repaired, 90, interval_s=0.5, what="the open ledger fenced, closed, repaired")
+        assert (await r.region.read_ledger(lid)).value.last_entry_id == len(data) - 1
+    await read_back(zk_connect, {lid: data})
