@@ -1,5 +1,8 @@
 """Auto-recovery against real bookie and auto-recovery processes and a real ZooKeeper (issue 19).
 
+Also: a bookie back within the grace period is left alone; an open ledger is repaired only once closed (or,
+with ``open_ledger_fence_ms``, fenced after that long).
+
 * a bookie SIGKILLed with its data directory deleted: within the grace period plus the copy time every
   fragment is back at Qw intact copies on live bookies, even though the elected auditor is SIGKILLed half-way
   (the other process takes over, and each fragment costs exactly one metadata write); then a second bookie
@@ -344,3 +347,30 @@ async def test_an_abandoned_open_ledger_is_fenced_after_the_open_ledger_grace_an
         await wait_for_async(closed_and_repaired, 90, interval_s=0.5, what="the open ledger fenced, closed, repaired")
         assert (await r.region.read_ledger(lid)).value.last_entry_id == len(data) - 1
     await read_back(zk_connect, {lid: data})
+
+
+async def test_a_bookie_back_within_the_grace_period_is_not_rereplicated(tmp_path, zk_connect) -> None:
+    """A bookie SIGKILLed and restarted with its data before ``lost_bookie_grace_ms`` ends: the auditor notes
+    it missing, then forgets it; no fragment is recorded and no ledger's metadata changes."""
+    bookies = start_bookies(4, tmp_path, zk_connect, zk_session_timeout_ms=4000)
+    async with Region(zk_connect) as r:
+        await wait_for_async(lambda: len(r.client.writable_bookies()) == 4, 30, what="4 writable bookies")
+        written = await write_ledgers(r, 6, 50, 256)
+        versions = {lid: (await r.region.read_ledger(lid)).version for lid in written}
+        start_autorecovery(1, tmp_path, zk_connect, lost_bookie_grace_ms=60_000)
+        victim = bookies[0]
+        victim.kill()
+
+        async def noted_missing() -> bool:
+            return victim.bookie_id in await r.ur.missing_since()
+
+        await wait_for_async(noted_missing, 30, interval_s=0.2, what="the auditor noting the bookie missing")
+        victim.start()
+
+        async def forgotten() -> bool:
+            return victim.bookie_id not in await r.ur.missing_since()
+
+        await wait_for_async(forgotten, 30, interval_s=0.2, what="the auditor forgetting the returned bookie")
+        assert await r.ur.list_ledgers() == []
+        assert {lid: (await r.region.read_ledger(lid)).version for lid in written} == versions
+        assert await replicas_intact(r, written, {b.bookie_id for b in bookies})
