@@ -29,7 +29,7 @@ from magnetar.net import free_port, is_listening
 from . import security
 from .kind_base import GLOBAL, Instance, ProcessKind, magnetar_command
 from .prometheus import PrometheusKind
-from .topology import BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
+from .topology import AutoRecoverySettings, BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
 
 __all__ = ["GLOBAL", "KINDS", "Instance", "Plan", "ProcessKind", "dumps_toml", "magnetar_command", "make_plan"]
 
@@ -160,6 +160,50 @@ class BookieKind(ProcessKind):
             "metrics": self._metrics_url(inst),
             "config": str(self.config_path(inst, plan)),
         }
+
+
+class AutoRecoveryKind(ProcessKind):
+    """A region's auto-recovery process (auditor candidate, replication worker, scrubber), after its bookies."""
+
+    name = "autorecovery"
+    tier = 15
+    shown = ("metrics",)
+
+    def instances(self, topology: Topology) -> list[Instance]:
+        return numbered_instances(topology, self.name, "autorecovery", {"http": "http_port_base"})
+
+    def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
+        return plan.process_dir(inst) / "autorecovery.toml"
+
+    def command(self, inst: Instance, plan: "Plan") -> list[str]:
+        s: AutoRecoverySettings = inst.settings
+        region_zk = plan.one(region=inst.region, slot="zookeeper")
+        config = {
+            "worker_id": inst.name,
+            "bind_host": inst.host,
+            "http_port": inst.ports["http"],
+            "data_dir": str(plan.process_dir(inst) / "data"),
+            "zookeeper": plan.endpoints(region_zk)["connect"],
+            **s.extra,
+        }
+        path = self.config_path(inst, plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"# Written by the Magnetar supervisor for {inst.name} at every `magnetar up`; edit the topology instead.\n"
+            + dumps_toml(config)
+        )
+        return magnetar_command("autorecovery", "--config", str(path))
+
+    def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{inst.host}:{inst.ports['http']}/health", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
+        return {"worker_id": inst.name, "metrics": f"http://{inst.host}:{inst.ports['http']}/metrics",
+                "config": str(self.config_path(inst, plan))}
 
 
 class BrokerKind(ProcessKind):
@@ -394,7 +438,8 @@ class ProxyKind(ProcessKind):
 
 
 KINDS: dict[str, ProcessKind] = {
-    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), BrokerKind(), ProxyKind(), PrometheusKind())
+    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), AutoRecoveryKind(), BrokerKind(), ProxyKind(),
+                                 PrometheusKind())
 }
 
 

@@ -43,6 +43,11 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     authorization_enabled = true   # lookups need produce or consume granted to the client's role
     tls_require_trusted_client_cert = false
     # any other key is copied into the proxy's proxy.toml (e.g. max_concurrent_inbound_connections = 5000)
+    [regions.autorecovery]         # absent: no auto-recovery; present: `count` processes after the bookies, one
+    count = 1                      #   of them the elected auditor, each a replication worker (docs/autorecovery.md)
+    host = "127.0.0.1"
+    http_port_base = 0             # /metrics and /health
+    # any other key is copied into autorecovery.toml (e.g. lost_bookie_grace_ms = 60000)
 
     [prometheus]                   # absent: no Prometheus; present: Debian's prometheus, started last,
     host = "127.0.0.1"             #   scraping every process (its scrape config is written from the topology)
@@ -155,6 +160,32 @@ class BookiesSettings:
             if grpc & set(range(self.http_port_base, self.http_port_base + self.count)):
                 yield "http_port_base", "the gRPC and HTTP port ranges overlap"
         yield from _passthrough_problems(self.extra, self.RESERVED, "bookie.toml", "each bookie")
+
+
+@dataclass(frozen=True)
+class AutoRecoverySettings:
+    """``[regions.autorecovery]``: ``count`` auto-recovery processes of one region (after its bookies).
+
+    Keys not declared here go to ``extra`` and are copied into every ``autorecovery.toml`` (e.g.
+    ``lost_bookie_grace_ms``), never a key the supervisor sets (:attr:`RESERVED`).
+    """
+
+    count: int = 1
+    host: str = "127.0.0.1"
+    http_port_base: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    PASSTHROUGH: ClassVar[bool] = True
+    RESERVED: ClassVar[frozenset[str]] = frozenset({"worker_id", "bind_host", "http_port", "data_dir", "zookeeper"})
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not 1 <= self.count <= 16:
+            yield "count", f"must be in [1, 16], got {self.count}"
+        yield from _host_problems("host", self.host)
+        yield from _port_problems("http_port_base", self.http_port_base)
+        if self.http_port_base and self.http_port_base + self.count - 1 > 65535:
+            yield "http_port_base", f"{self.http_port_base} + count - 1 exceeds 65535"
+        yield from _passthrough_problems(self.extra, self.RESERVED, "autorecovery.toml", "each auto-recovery process")
 
 
 @dataclass(frozen=True)
@@ -291,6 +322,7 @@ class Region:
     bookies: Optional[BookiesSettings] = None
     brokers: Optional[BrokersSettings] = None
     proxy: Optional[ProxySettings] = None
+    autorecovery: Optional[AutoRecoverySettings] = None
 
 
 @dataclass(frozen=True)
@@ -393,15 +425,22 @@ class _Parser:
         )
 
     def _region(self, raw: dict[str, Any], where: str) -> Region:
-        self._no_unknown(raw, {"name", "zookeeper", "bookies", "brokers", "proxy"}, where)
+        self._no_unknown(raw, {"name", "zookeeper", "bookies", "brokers", "proxy", "autorecovery"}, where)
         name = self._name(raw, "name", where)
         zookeeper = self.section(ZooKeeperSettings, raw.get("zookeeper", {}), f"{where}.zookeeper")
         bookies = self.section(BookiesSettings, raw["bookies"], f"{where}.bookies") if "bookies" in raw else None
         brokers = self.section(BrokersSettings, raw["brokers"], f"{where}.brokers") if "brokers" in raw else None
         proxy = self.section(ProxySettings, raw["proxy"], f"{where}.proxy") if "proxy" in raw else None
+        autorecovery = None
+        if "autorecovery" in raw:
+            autorecovery = self.section(AutoRecoverySettings, raw["autorecovery"], f"{where}.autorecovery")
+            if bookies is None:
+                raise self.error(f"{where}.autorecovery", "auto-recovery repairs the region's ledgers, but the "
+                                 "region has no [regions.bookies]")
         if proxy is not None and brokers is None:
             raise self.error(f"{where}.proxy", "a proxy fronts the region's brokers, but the region has no [regions.brokers]")
-        return Region(name=name, zookeeper=zookeeper, bookies=bookies, brokers=brokers, proxy=proxy)
+        return Region(name=name, zookeeper=zookeeper, bookies=bookies, brokers=brokers, proxy=proxy,
+                      autorecovery=autorecovery)
 
     def _name(self, table: dict[str, Any], key: str, where: str) -> str:
         path = f"{where}.{key}" if where else key

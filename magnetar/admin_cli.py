@@ -24,6 +24,7 @@ from magnetar import admin_cli_common
 from magnetar.admin_cli_common import (ClustersOpt, DataDirOpt, JsonOpt, UrlOpt, call, done, emit, namespace_path,
                                        quote_segment, split_csv)
 from magnetar.admin_client import AdminCredentials, AdminError, read_token_file
+from magnetar.admin_bookies_cli import bookies_app
 from magnetar.admin_namespace_policies_cli import add_namespace_policy_commands
 from magnetar.admin_permissions_cli import add_namespace_permission_commands, add_topic_permission_commands
 from magnetar.admin_rate_limits_cli import add_rate_limit_commands, add_topic_rate_limit_commands
@@ -38,7 +39,8 @@ tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 namespaces_app = typer.Typer(help="Namespaces and their policies.", no_args_is_help=True)
 brokers_app = typer.Typer(help="Live brokers.", no_args_is_help=True)
 for _sub, _name in ((clusters_app, "clusters"), (tenants_app, "tenants"), (namespaces_app, "namespaces"),
-                    (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas")):
+                    (topics_app, "topics"), (brokers_app, "brokers"), (schemas_app, "schemas"),
+                    (bookies_app, "bookies")):
     admin_app.add_typer(_sub, name=_name)
 add_rate_limit_commands(namespaces_app)
 add_topic_rate_limit_commands(topics_app)

@@ -69,6 +69,17 @@ def bookie(config: pathlib.Path = typer.Option(..., "--config", help="bookie.tom
 
 
 @app.command()
+def autorecovery(config: pathlib.Path = typer.Option(..., "--config", help="autorecovery.toml")) -> None:
+    """Run a region's auto-recovery (auditor candidate, replication worker, scrubber, /metrics)."""
+    from bookie.autorecovery.process import run
+
+    try:
+        run(config)
+    except MagnetarError as err:
+        _fail(err)
+
+
+@app.command()
 def broker(config: pathlib.Path = typer.Option(..., "--config", help="broker.toml")) -> None:
     """Run a broker (Pulsar binary protocol, admin REST and lookup, /metrics)."""
     from broker.process import run

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
-KINDS = ("broker", "bookie", "proxy", "zookeeper")
+KINDS = ("broker", "bookie", "proxy", "zookeeper", "autorecovery")
 _PATHLIKE = re.compile(r"^bookie_ledger_dir_.+_usage$")
 
 
@@ -75,6 +75,7 @@ def metrics_endpoints(topology: dict[str, Any]) -> list[tuple[str, str, str]]:
     for region in topology["regions"].values():
         entries.append(region["zookeeper"])
         entries.extend(region.get("bookies", []))
+        entries.extend(region.get("autorecovery", []))
         entries.extend(region.get("brokers", []))
         entries.extend([region["proxy"]] if "proxy" in region else [])
     return [(e["kind"], e["name"], e["metrics"]) for e in entries if e.get("metrics")]

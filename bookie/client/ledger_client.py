@@ -31,6 +31,8 @@ from bookie.errors import BookieError, BookieUnavailableError
 from config_store import BadVersionError, LedgerMetadata, LedgerState, NotFoundError, RegionStore, Versioned
 from magnetar.proto import bookie_pb2
 
+from bookie.autorecovery.underreplication import DECOMMISSION
+
 from .bookie_client import BookieClient
 from .errors import LedgerNotFoundError, LedgerRecoveryError, NotEnoughBookiesError
 from .placement import choose_ensemble, entry_absent_for_sure, fencing_covers_every_write_set, write_set
@@ -87,12 +89,20 @@ class LedgerClient:
         self._bookies = None
         self._clients: dict[str, BookieClient] = {}
         self._suspect_until: dict[str, float] = {}
+        self._decommissioning: frozenset[str] = frozenset()
+        self._decommission_watch = None
         self._closed = False
 
     async def start(self) -> "LedgerClient":
         if self._bookies is None:
             self._bookies = await self.region.bookie_cache()
+            # Bookies marked for decommission take no new ledger and no ensemble-change slot (auto-recovery
+            # is moving their data away); reads still reach them.
+            self._decommission_watch = self.region.store.watch_children(DECOMMISSION, self._on_decommissioning)
         return self
+
+    def _on_decommissioning(self, ids: list[str]) -> None:
+        self._decommissioning = frozenset(ids)
 
     async def close(self) -> None:
         if self._closed:
@@ -100,6 +110,8 @@ class LedgerClient:
         self._closed = True
         await asyncio.gather(*(c.close() for c in self._clients.values()), return_exceptions=True)
         self._clients.clear()
+        if self._decommission_watch is not None:
+            self._decommission_watch.cancel()
         if self._bookies is not None:
             result = self._bookies.close()
             if inspect.isawaitable(result):
@@ -114,7 +126,7 @@ class LedgerClient:
     # -- bookies ------------------------------------------------------------------------------------------
 
     def writable_bookies(self) -> list[str]:
-        return sorted(self._bookies.writable().keys())
+        return sorted(b for b in self._bookies.writable() if b not in self._decommissioning)
 
     def bookie_client(self, bookie_id: str) -> BookieClient:
         """The (shared) client of a bookie, by id; follows a bookie that re-registered at a new address."""
