@@ -11,9 +11,8 @@ cluster (a master and a worker started from the pyspark installation) for the CL
 * ``magnetar audit --master spark://...`` on the standalone cluster gives the report of ``local[*]``.
 
 The healthy and fault cases run with each reader of :func:`spark.audit.load`: through the brokers, and the
-Magnetar data source (skipped when it is not installed; expected to fail while it skips the newest entry of an
-open ledger, see ``SOURCE_TAIL``). Where the source cannot tell (``__replicateTo``), the expectation says which
-way. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
+Magnetar data source (which reads each open ledger up to its newest entry: the brokers' ledger writers send an
+explicit LAC once adds stop). Where a reader cannot tell (``__replicateTo``), the expectation says which way. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
 """
 
 from __future__ import annotations
@@ -45,12 +44,7 @@ from tests.kit.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
-# The data source reads an open ledger up to the LAC its bookies report, one entry behind the broker's last
-# confirmed entry: the newest entry of each region's topic is not read, so the audit reports its messages
-# missing. Strict: once the source reads up to the confirmed end, these pass and the mark must go.
-SOURCE_TAIL = pytest.mark.xfail(strict=True, reason="issue 16: the data source skips the newest entry of an open ledger "
-                                "(bookie LAC lags the broker's last confirmed entry by one)")
-READERS = pytest.mark.parametrize("reader", ["brokers", pytest.param("source", marks=SOURCE_TAIL)])
+READERS = pytest.mark.parametrize("reader", ["brokers", "source"])
 
 EAST, WEST = "us-east", "eu-west"
 TENANT = "audit"
