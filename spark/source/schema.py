@@ -21,6 +21,9 @@ column                      type                         meaning
 ``__ledgerId``              long
 ``__entryId``               long
 ``__batchIndex``            int                          -1 for a non-batched entry, else index in batch
+``__replicateTo``           array<string>                the message's own ``replicate_to`` (pulsar-client's
+                                                         ``replication_clusters``; ``disable_replication``
+                                                         sends ``["__local__"]``), empty when unset
 ==========================  ===========================  ===================================================
 """
 
@@ -32,6 +35,7 @@ __all__ = ["ARROW_SCHEMA", "COLUMNS", "spark_schema"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+_CLUSTERS = pa.list_(pa.field("element", pa.string(), nullable=False))
 
 # (name, Spark DDL type, Arrow type, nullable)
 _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
@@ -49,6 +53,7 @@ _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
     ("__ledgerId", "bigint", pa.int64(), False),
     ("__entryId", "bigint", pa.int64(), False),
     ("__batchIndex", "int", pa.int32(), False),
+    ("__replicateTo", "array<string>", _CLUSTERS, False),
 )
 
 COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)
@@ -57,9 +62,10 @@ ARROW_SCHEMA = pa.schema([pa.field(name, arrow, nullable=nullable) for name, _, 
 
 def spark_schema():
     """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported)."""
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-                                   TimestampType)
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
+                                   StructType, TimestampType)
 
     types = {"binary": BinaryType(), "string": StringType(), "timestamp": TimestampType(), "bigint": LongType(),
-             "int": IntegerType(), "map<string,string>": MapType(StringType(), StringType(), valueContainsNull=False)}
+             "int": IntegerType(), "map<string,string>": MapType(StringType(), StringType(), valueContainsNull=False),
+             "array<string>": ArrayType(StringType(), containsNull=False)}
     return StructType([StructField(name, types[ddl], nullable) for name, ddl, _, nullable in _COLUMNS])

@@ -32,7 +32,7 @@ def test_arrow_schema_is_what_spark_expects_of_the_declared_schema() -> None:
     assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
     assert list(COLUMNS) == ["value", "__key", "__topic", "__messageId", "__publishTime", "__eventTime",
                              "__messageProperties", "__region", "__producerName", "__sequenceId", "__replicatedFrom",
-                             "__ledgerId", "__entryId", "__batchIndex"]
+                             "__ledgerId", "__entryId", "__batchIndex", "__replicateTo"]
 
 
 # ------------------------------------------------------------------------------------------ message ids
@@ -121,6 +121,19 @@ def test_batched_entry_gives_one_row_per_member_with_its_own_metadata(codec: int
     assert [r["__batchIndex"] for r in rows] == list(range(5))
     assert [MessageId.deserialize(r["__messageId"]) for r in rows] == [MessageId(9, 0, 3, i, 5) for i in range(5)]
     assert {r["__producerName"] for r in rows} == {"prod"} and {r["__replicatedFrom"] for r in rows} == {None}
+
+
+def test_replicate_to_is_each_messages_and_empty_when_unset() -> None:
+    """An entry's ``replicate_to`` (pulsar-client's ``replication_clusters`` / ``disable_replication``) is every
+    member's; unset is an empty list, never null."""
+    b = RowBuilder(TOPIC, "r", -1)
+    b.add_entry(1, 0, encode_entry(_md(), b"plain"))
+    b.add_entry(1, 1, encode_entry(_md(replicate_to=["__local__"]), b"local"))
+    items = [(pb.SingleMessageMetadata(payload_size=0), b"m%d" % i) for i in range(3)]
+    b.add_entry(1, 2, _batch(items, replicate_to=["us-east", "ap-south"]))
+    b.add_entry(1, 3, _batch(items[:2]))
+    rows = _rows(b)
+    assert [r["__replicateTo"] for r in rows] == [[], ["__local__"], *[["us-east", "ap-south"]] * 3, [], []]
 
 
 def test_markers_and_compacted_out_members_give_no_rows() -> None:
