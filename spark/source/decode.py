@@ -24,7 +24,7 @@ import pyarrow as pa
 from magnetar.protocol import ProtocolError, decompress, parse_entry, split_batch
 
 from .errors import SourceDataError
-from .schema import ARROW_SCHEMA
+from .schema import ARROW_SCHEMA, arrow_schema
 
 __all__ = ["RowBuilder", "encode_message_id"]
 
@@ -77,11 +77,14 @@ class RowBuilder:
         markers: marker entries skipped so far.
     """
 
-    def __init__(self, topic: str, region: str, partition: int) -> None:
+    def __init__(self, topic: str, region: str, partition: int, value_schema=None) -> None:
         self.topic = topic
         self.region = region
         self.partition = partition
         self.markers = 0
+        # A JSON/Avro topic read as columns (spark.source.values): payloads decoded at flush.
+        self._decoder = value_schema.decoder() if value_schema is not None else None
+        self._schema = arrow_schema(value_schema)
         self._reset()
 
     def _reset(self) -> None:
@@ -216,5 +219,25 @@ class RowBuilder:
             pa.ListArray.from_arrays(pa.array(self._rt_offsets, pa.int32()), pa.array(self._rt_values, pa.string()),
                                      type=_CLUSTERS),
         ]
+        if self._decoder is not None:
+            columns[:1] = self._value_columns()
         self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+    def _value_columns(self) -> list[pa.Array]:
+        decoded = []
+        for i, payload in enumerate(self._values):
+            try:
+                decoded.append(self._decoder.decode(payload))
+            except ValueError as e:
+                raise SourceDataError(
+                    f"{self.topic} in {self.region}: message {self._ledgers[i]}:{self._entries[i]}"
+                    f"{'' if self._indexes[i] < 0 else ':' + str(self._indexes[i])} does not match the topic's "
+                    f"{self._decoder.schema.kind} schema: {e}") from None
+        nfields = len(self._decoder.schema.fields)
+        target = pa.struct(list(self._schema)[:nfields])
+        try:
+            return self._decoder.columns(decoded, target)
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise SourceDataError(f"{self.topic} in {self.region}: values do not fit the topic's "
+                                  f"{self._decoder.schema.kind} schema: {e}") from None

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "spark_schema"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "arrow_schema", "spark_schema"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
@@ -60,8 +60,30 @@ COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow, nullable=nullable) for name, _, arrow, nullable in _COLUMNS])
 
 
-def spark_schema():
-    """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported)."""
+def spark_schema(value=None):
+    """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported).
+
+    With ``value`` (a :class:`~spark.source.values.ValueSchema`), the schema's fields come first, in place of
+    ``value``.
+    """
+    base = _base_spark_schema()
+    if value is None:
+        return base
+    from pyspark.sql.types import StructType
+
+    return StructType([*value.spark_fields(), *base.fields[1:]])
+
+
+def arrow_schema(value=None) -> pa.Schema:
+    """The Arrow schema of the record batches for :func:`spark_schema` ``(value)``, as Spark expects it."""
+    if value is None:
+        return ARROW_SCHEMA
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema(value), timezone="UTC")
+
+
+def _base_spark_schema():
     from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
                                    StructType, TimestampType)
 

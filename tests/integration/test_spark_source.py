@@ -328,6 +328,50 @@ def test_an_idle_topics_newest_message_is_read(spark, regions, local_namespace, 
     assert stats["lastConfirmedEntry"] == f"{sent[-1].ledger_id}:{sent[-1].entry_id}", stats
 
 
+@pytest.mark.parametrize("kind", ["json", "avro"])
+def test_a_json_or_avro_topic_reads_as_the_schemas_fields(spark, regions, local_namespace, east_client, kind) -> None:
+    """A producer with pulsar-client's JsonSchema / AvroSchema: the record's fields are top-level columns (as
+    the pulsar-spark connector gives them) holding what was sent; ``decodeSchema`` false gives the bytes;
+    a read mixing topics of different schemas is refused with the reason."""
+    from pulsar.schema import Array, AvroSchema, Double, Integer, JsonSchema, Record, String
+
+    class Order(Record):
+        item = String()
+        qty = Integer()
+        price = Double()
+        tags = Array(String())
+
+    east = regions[EAST]
+    topic = new_topic(local_namespace, kind)
+    hold(east_client, topic)
+    producer = east_client.create_producer(topic, producer_name=f"{kind}-orders",
+                                           schema=(JsonSchema if kind == "json" else AvroSchema)(Order))
+    sent = [Order(item=f"item-{i}", qty=i, price=i * 0.5, tags=[f"t{i}", "x"] if i % 2 else None) for i in range(20)]
+    for order in sent:
+        producer.send(order)
+    producer.close()
+    unload(east, topic)
+
+    df = reader(spark, east, topic=topic).load()
+    assert df.columns[:4] == ["item", "qty", "price", "tags"] and "value" not in df.columns
+    assert dict(df.dtypes)["qty"] == "int" and dict(df.dtypes)["tags"] == "array<string>"
+    rows = sorted(df.toArrow().to_pylist(), key=lambda r: r["qty"])
+    assert [(r["item"], r["qty"], r["price"], r["tags"]) for r in rows] == \
+        [(o.item, o.qty, o.price, o.tags) for o in sent]
+    assert {r["__producerName"] for r in rows} == {f"{kind}-orders"}
+
+    raw = reader(spark, east, topic=topic, decodeSchema="false").load()
+    assert raw.columns[0] == "value" and raw.count() == len(sent)
+
+    plain = new_topic(local_namespace, "plain")
+    hold(east_client, plain)
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException) as caught:
+        reader(spark, east, topics=f"{topic},{plain}").load()
+    assert "decodeSchema" in str(caught.value) and "different schemas" in str(caught.value)
+
+
 def test_bad_options_fail_before_any_work(spark) -> None:
     """Each bad option fails ``load()`` with the source's option error naming it; the unreachable
     addresses show that nothing was contacted first."""
