@@ -134,7 +134,17 @@ class LedgerStorage(abc.ABC):
 
     @abc.abstractmethod
     def read_lac(self, ledger_id: int) -> LacInfo:
-        """The ledger's last-add-confirmed and last entry held here (-1 when none)."""
+        """The ledger's last-add-confirmed (the highest of the piggybacked and the explicit LAC) and last
+        entry held here (-1 when none)."""
+
+    @abc.abstractmethod
+    def explicit_lac(self, ledger_id: int) -> int:
+        """The explicit LAC the writer last sent (-1 when none)."""
+
+    @abc.abstractmethod
+    def write_lac(self, ledger_id: int, lac: int) -> LacInfo:
+        """Keeps the writer's explicit LAC (the highest, clamped to the last entry held; a ledger not held
+        is left alone) and answers like :meth:`read_lac`."""
 
     # -- ledgers -------------------------------------------------------------------------------------------
 

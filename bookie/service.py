@@ -103,6 +103,7 @@ class BookieService:
                 "AddEntries": grpc.stream_stream_rpc_method_handler(self.add_entries),
                 "ReadEntries": grpc.unary_stream_rpc_method_handler(self.read_entries),
                 "ReadLastAddConfirmed": grpc.unary_unary_rpc_method_handler(self.read_last_add_confirmed),
+                "WriteLastAddConfirmed": grpc.unary_unary_rpc_method_handler(self.write_last_add_confirmed),
                 "FenceLedger": grpc.unary_unary_rpc_method_handler(self.fence_ledger),
                 "DeleteLedger": grpc.unary_unary_rpc_method_handler(self.delete_ledger),
                 "GetBookieInfo": grpc.unary_unary_rpc_method_handler(self.get_bookie_info),
@@ -255,10 +256,11 @@ class BookieService:
             count = nbytes = 0
             internal = False
             async for chunk in self.storage.read_entries(ledger_id, ids):
+                explicit = self.storage.explicit_lac(ledger_id)
                 entries = []
                 for r in chunk:
                     entries.append(bookie_pb2.ReadEntry(
-                        entry_id=r.entry_id, status=r.status, last_add_confirmed=r.last_add_confirmed,
+                        entry_id=r.entry_id, status=r.status, last_add_confirmed=max(r.last_add_confirmed, explicit),
                         payload=r.payload,
                     ))
                     if r.status == 0:
@@ -313,6 +315,16 @@ class BookieService:
         request = _parse(bookie_pb2.ReadLacRequest, raw, "ReadLacRequest")
         self._check_serving()
         return self._lac_response(request.ledger_id, self.storage.read_lac(request.ledger_id))
+
+    @_unary
+    async def write_last_add_confirmed(self, raw: bytes, context) -> bytes:
+        request = _parse(bookie_pb2.WriteLacRequest, raw, "WriteLacRequest")
+        if request.last_add_confirmed < -1:
+            raise _Invalid(f"last_add_confirmed {request.last_add_confirmed} of ledger {request.ledger_id}: "
+                           "the lowest LAC is -1 (nothing confirmed)")
+        self._check_serving()
+        return self._lac_response(request.ledger_id,
+                                  self.storage.write_lac(request.ledger_id, request.last_add_confirmed))
 
     @_unary
     async def fence_ledger(self, raw: bytes, context) -> bytes:

@@ -366,9 +366,32 @@ class Storage(StorageFlush, LedgerStorage):
         state = self._ledgers.get(ledger_id)
         if state is None or state.deleted:
             return LacInfo(-1, -1, bool(state and state.fenced), bool(known))
-        return LacInfo(state.lac, state.last_entry_id, state.fenced, True if known is None else known)
+        lac = max(state.lac, state.explicit_lac)
+        return LacInfo(lac, state.last_entry_id, state.fenced, True if known is None else known)
 
     def read_lac(self, ledger_id: int) -> LacInfo:
+        return self._lac_info(ledger_id)
+
+    def explicit_lac(self, ledger_id: int) -> int:
+        state = self._ledgers.get(ledger_id)
+        return -1 if state is None or state.deleted else state.explicit_lac
+
+    def write_lac(self, ledger_id: int, lac: int) -> LacInfo:
+        """Raises the ledger's explicit LAC to ``lac``, clamped to the highest entry stored here.
+
+        In memory only, like BookKeeper's explicit LAC without its journal record: it is a hint for readers of
+        an open ledger, never needed for safety (recovery fences and reads the tail anyway), so it costs no
+        fsync; after a restart the piggybacked LAC (at most one add behind) answers until the writer's next
+        add or explicit LAC. Clamping keeps a bookie from calling confirmed an entry it cannot serve. A
+        ledger not held here (never written, deleted) is left alone: a bad request creates no state.
+        """
+        self._check_open()
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.deleted:
+            return self._lac_info(ledger_id, False)
+        clamped = min(lac, state.last_entry_id)
+        if clamped > state.explicit_lac:
+            state.explicit_lac = clamped
         return self._lac_info(ledger_id)
 
     async def fence(self, ledger_id: int) -> LacInfo:

@@ -11,7 +11,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .demo_access import access_of
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -95,13 +94,8 @@ def run_audit(data_dir: pathlib.Path, topo: dict[str, Any], namespace: str, cons
     out = data_dir / "audit"
     console.print(f"\nThe consistency audit of {namespace} (Spark, local[2], read straight from each region's "
                   f"bookies)...", markup=False)
-    # The jobs are over: unloading the namespace's topics closes each one's open ledger, so its newest entry is
-    # confirmed to the bookies too (the data source reads an open ledger only up to what its bookies know is
-    # confirmed, one entry behind the broker: docs/spark.md).
-    for region in topo["regions"]:
-        admin = access_of(topo, region).admin()
-        for topic in admin.get(f"/admin/v2/persistent/{namespace}") or []:
-            admin.request("PUT", f"/admin/v2/{topic.replace('://', '/')}/unload")
+    # No unloading first: the data source reads each open ledger up to its newest entry (the brokers' ledger
+    # writers send an explicit LAC once adds stop; docs/spark.md).
     try:
         spark = session(master="local[2]")
         try:

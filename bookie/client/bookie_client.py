@@ -138,6 +138,11 @@ class BookieClient:
             request_serializer=bookie_pb2.ReadLacRequest.SerializeToString,
             response_deserializer=bookie_pb2.ReadLacResponse.FromString,
         )
+        self._write_lac_call = self._channel.unary_unary(
+            _SERVICE + "WriteLastAddConfirmed",
+            request_serializer=bookie_pb2.WriteLacRequest.SerializeToString,
+            response_deserializer=bookie_pb2.ReadLacResponse.FromString,
+        )
         self._fence_call = self._channel.unary_unary(
             _SERVICE + "FenceLedger",
             request_serializer=bookie_pb2.FenceRequest.SerializeToString,
@@ -342,6 +347,11 @@ class BookieClient:
 
     async def read_lac(self, ledger_id: int) -> bookie_pb2.ReadLacResponse:
         return await self._unary(self._lac_call, bookie_pb2.ReadLacRequest(ledger_id=ledger_id))
+
+    async def write_lac(self, ledger_id: int, lac: int) -> bookie_pb2.ReadLacResponse:
+        """Sends the writer's explicit LAC; the bookie answers its LAC after the update."""
+        request = bookie_pb2.WriteLacRequest(ledger_id=ledger_id, last_add_confirmed=lac)
+        return await self._unary(self._write_lac_call, request)
 
     async def fence(self, ledger_id: int) -> bookie_pb2.ReadLacResponse:
         return await self._unary(self._fence_call, bookie_pb2.FenceRequest(ledger_id=ledger_id))

@@ -63,6 +63,11 @@ class LedgerClientConfig:
         keepalive_interval_ms: each bookie channel pings its bookie this often (gRPC keepalive); at least
             the bookies' ``grpc_keepalive_interval_ms``, or they answer GOAWAY ``too_many_pings``.
         keepalive_timeout_ms: a ping not acknowledged within this drops the connection.
+        explicit_lac_interval_ms: BookKeeper's ``explicitLacInterval``. Bookies learn a writer's LAC from
+            the adds that follow it, so an idle open ledger's newest entry would stay unreadable for readers
+            that do not share the writer (the Spark source, a non-recovering open): when the writer's LAC has
+            moved past what its adds carried and adds stopped flowing for this long, it sends the LAC to the
+            bookies of its ensemble (WriteLastAddConfirmed). 0 turns it off.
     """
 
     ensemble_size: int = 3
@@ -78,6 +83,7 @@ class LedgerClientConfig:
     recovery_attempts_max: int = 5
     keepalive_interval_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
+    explicit_lac_interval_ms: int = 100
 
 
 class LedgerClient:

@@ -12,6 +12,15 @@ the new ensemble in the ledger metadata starting at LAC + 1 with a compare-and-s
 above the LAC whose write set now includes the newcomer. New adds wait while the change is in progress.
 A lost compare-and-set means someone else touched the metadata: if the ledger is no longer OPEN, a recovery
 has fenced this writer and it fails with LedgerFencedError. A FENCED answer from a bookie means the same.
+
+Explicit LAC (BookKeeper's ``explicitLacInterval``). Bookies learn the LAC from the adds that carry it, so
+after the last add of a burst they know the LAC one add behind the writer. When the writer's LAC has moved
+past the highest LAC its adds carried, one background task waits ``explicit_lac_interval_ms``; if adds are
+still flowing (a newer LAC went out with them meanwhile) it waits another interval, otherwise it sends the
+LAC to every bookie of the current ensemble (WriteLastAddConfirmed), a hint that needs no quorum: a failure
+is only logged. The task exists only while such a LAC is pending, is cancelled when the handle closes or
+fails, and sends nothing once the handle is no longer OPEN (nor for a recovery writer, which closes the
+ledger right away).
 """
 
 from __future__ import annotations
@@ -92,6 +101,9 @@ class WriteHandle:
         self._failed_bookies: set[str] = set()
         self._ever_failed: set[str] = set()
         self._change_task: Optional[asyncio.Task] = None
+        self._lac_told = last_add_confirmed  # the highest LAC an add carried or an explicit LAC sent
+        self._lac_task: Optional[asyncio.Task] = None
+        self.explicit_lacs_sent = 0
         self._drained = asyncio.Event()
         self._drained.set()
         self.state = HandleState.OPEN
@@ -132,6 +144,7 @@ class WriteHandle:
         self._next_entry_id += 1
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         add = _Add(entry_id, len(payload), encode_entry(self.ledger_id, entry_id, self._lac, payload), future)
+        self._lac_told = max(self._lac_told, self._lac)
         self._pending.append(add)
         self._by_id[entry_id] = add
         self._drained.clear()
@@ -154,6 +167,7 @@ class WriteHandle:
             return
         if self.state is HandleState.OPEN:
             self.state = HandleState.CLOSING
+        await self._stop_lac_task()
         await self._drained.wait()
         if self._error is not None:
             self.state = HandleState.CLOSED
@@ -228,6 +242,46 @@ class WriteHandle:
                 add.future.set_result(add.entry_id)
         if not pending:
             self._drained.set()
+        if self._lac > self._lac_told:
+            self._schedule_explicit_lac()
+
+    # -- explicit LAC --------------------------------------------------------------------------------------
+
+    def _schedule_explicit_lac(self) -> None:
+        interval_ms = self._client.config.explicit_lac_interval_ms
+        if interval_ms <= 0 or self._recovery or self.state is not HandleState.OPEN:
+            return
+        if self._lac_task is None or self._lac_task.done():
+            self._lac_task = asyncio.get_running_loop().create_task(
+                self._explicit_lac(interval_ms / 1000), name=f"explicit-lac-{self.ledger_id}"
+            )
+
+    async def _explicit_lac(self, interval_s: float) -> None:
+        """Sends the LAC once adds stopped carrying it for an interval (see the module docstring)."""
+        while self.state is HandleState.OPEN and self._lac > self._lac_told:
+            told_before = self._lac_told
+            await asyncio.sleep(interval_s)
+            if self.state is not HandleState.OPEN or self._lac <= self._lac_told:
+                return
+            if self._lac_told > told_before:
+                continue  # adds are flowing and carry the LAC along: look again an interval later
+            lac = self._lac_told = self._lac
+            ensemble = list(self._ensemble)
+            self.explicit_lacs_sent += 1
+            results = await asyncio.gather(*(self._write_lac(b, lac) for b in ensemble), return_exceptions=True)
+            for bookie_id, result in zip(ensemble, results):
+                if isinstance(result, BaseException):
+                    log.info("[ledger %d] explicit LAC %d not taken by bookie %s: %s", self.ledger_id, lac,
+                             bookie_id, result)
+
+    async def _write_lac(self, bookie_id: str, lac: int) -> None:
+        await self._client.bookie_client(bookie_id).write_lac(self.ledger_id, lac)
+
+    async def _stop_lac_task(self) -> None:
+        task, self._lac_task = self._lac_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _fail(self, error: BaseException) -> None:
         if self.state is HandleState.FAILED:
@@ -235,6 +289,8 @@ class WriteHandle:
         log.warning("[ledger %d] writer failed: %s", self.ledger_id, error)
         self.state = HandleState.FAILED
         self._error = error
+        if self._lac_task is not None:
+            self._lac_task.cancel()  # close() awaits it
         for add in self._pending:
             if not add.future.done():
                 add.future.set_exception(error)

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ookie.proto\x12\x12magnetar.bookie.v1\"Y\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x12\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"^\n\nAddRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x19.magnetar.bookie.v1.Entry\x12\x10\n\x08recovery\x18\x03 \x01(\x08\"\xbf\x01\n\x0b\x41\x64\x64Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x30\n\x0c\x65ntry_status\x18\x04 \x03(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12-\n\x04more\x18\x05 \x03(\x0b\x32\x1f.magnetar.bookie.v1.AddResponse\"\xa0\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x11\n\tentry_ids\x18\x02 \x03(\x04\x12\x1b\n\x0e\x66irst_entry_id\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\rlast_entry_id\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\r\n\x05\x66\x65nce\x18\x05 \x01(\x08\x42\x11\n\x0f_first_entry_idB\x10\n\x0e_last_entry_id\"v\n\tReadEntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x04\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x12\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"Q\n\x0cReadResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12.\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1d.magnetar.bookie.v1.ReadEntry\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"!\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"v\n\x0fReadLacResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x1a\n\x12last_add_confirmed\x18\x02 \x01(\x12\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\x12\r\n\x05known\x18\x05 \x01(\x08\"(\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"\'\n\x14\x44\x65leteLedgerResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"\x13\n\x11\x42ookieInfoRequest\"\xb2\x01\n\x12\x42ookieInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0f\x66ree_disk_bytes\x18\x03 \x01(\x04\x12\x18\n\x10total_disk_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cledger_count\x18\x05 \x01(\x04\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x1c\n\x14\x65ntry_max_size_bytes\x18\x07 \x01(\x04*\xb7\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\n\n\x06\x46\x45NCED\x10\x02\x12\r\n\tREAD_ONLY\x10\x03\x12\x11\n\rNO_SUCH_ENTRY\x10\x04\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x05\x12\x12\n\x0e\x45NTRY_CONFLICT\x10\x06\x12\r\n\tTOO_LARGE\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x12\x0f\n\x0bUNAVAILABLE\x10\t\x12\x0b\n\x07PARTIAL\x10\n2\xb0\x04\n\rBookieService\x12Q\n\nAddEntries\x12\x1e.magnetar.bookie.v1.AddRequest\x1a\x1f.magnetar.bookie.v1.AddResponse(\x01\x30\x01\x12R\n\x0bReadEntries\x12\x1f.magnetar.bookie.v1.ReadRequest\x1a .magnetar.bookie.v1.ReadResponse0\x01\x12_\n\x14ReadLastAddConfirmed\x12\".magnetar.bookie.v1.ReadLacRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12T\n\x0b\x46\x65nceLedger\x12 .magnetar.bookie.v1.FenceRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12\x61\n\x0c\x44\x65leteLedger\x12\'.magnetar.bookie.v1.DeleteLedgerRequest\x1a(.magnetar.bookie.v1.DeleteLedgerResponse\x12^\n\rGetBookieInfo\x12%.magnetar.bookie.v1.BookieInfoRequest\x1a&.magnetar.bookie.v1.BookieInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62ookie.proto\x12\x12magnetar.bookie.v1\"Y\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x12\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"^\n\nAddRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x19.magnetar.bookie.v1.Entry\x12\x10\n\x08recovery\x18\x03 \x01(\x08\"\xbf\x01\n\x0b\x41\x64\x64Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x30\n\x0c\x65ntry_status\x18\x04 \x03(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12-\n\x04more\x18\x05 \x03(\x0b\x32\x1f.magnetar.bookie.v1.AddResponse\"\xa0\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x11\n\tentry_ids\x18\x02 \x03(\x04\x12\x1b\n\x0e\x66irst_entry_id\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\rlast_entry_id\x18\x04 \x01(\x04H\x01\x88\x01\x01\x12\r\n\x05\x66\x65nce\x18\x05 \x01(\x08\x42\x11\n\x0f_first_entry_idB\x10\n\x0e_last_entry_id\"v\n\tReadEntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x04\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.magnetar.bookie.v1.Status\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x12\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"Q\n\x0cReadResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12.\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1d.magnetar.bookie.v1.ReadEntry\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"@\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x1a\n\x12last_add_confirmed\x18\x02 \x01(\x12\"!\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"v\n\x0fReadLacResponse\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x1a\n\x12last_add_confirmed\x18\x02 \x01(\x12\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x12\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\x12\r\n\x05known\x18\x05 \x01(\x08\"(\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\"\'\n\x14\x44\x65leteLedgerResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"\x13\n\x11\x42ookieInfoRequest\"\xb2\x01\n\x12\x42ookieInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0f\x66ree_disk_bytes\x18\x03 \x01(\x04\x12\x18\n\x10total_disk_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cledger_count\x18\x05 \x01(\x04\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x1c\n\x14\x65ntry_max_size_bytes\x18\x07 \x01(\x04*\xb7\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\n\n\x06\x46\x45NCED\x10\x02\x12\r\n\tREAD_ONLY\x10\x03\x12\x11\n\rNO_SUCH_ENTRY\x10\x04\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x05\x12\x12\n\x0e\x45NTRY_CONFLICT\x10\x06\x12\r\n\tTOO_LARGE\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x12\x0f\n\x0bUNAVAILABLE\x10\t\x12\x0b\n\x07PARTIAL\x10\n2\x93\x05\n\rBookieService\x12Q\n\nAddEntries\x12\x1e.magnetar.bookie.v1.AddRequest\x1a\x1f.magnetar.bookie.v1.AddResponse(\x01\x30\x01\x12R\n\x0bReadEntries\x12\x1f.magnetar.bookie.v1.ReadRequest\x1a .magnetar.bookie.v1.ReadResponse0\x01\x12_\n\x14ReadLastAddConfirmed\x12\".magnetar.bookie.v1.ReadLacRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12\x61\n\x15WriteLastAddConfirmed\x12#.magnetar.bookie.v1.WriteLacRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12T\n\x0b\x46\x65nceLedger\x12 .magnetar.bookie.v1.FenceRequest\x1a#.magnetar.bookie.v1.ReadLacResponse\x12\x61\n\x0c\x44\x65leteLedger\x12\'.magnetar.bookie.v1.DeleteLedgerRequest\x1a(.magnetar.bookie.v1.DeleteLedgerResponse\x12^\n\rGetBookieInfo\x12%.magnetar.bookie.v1.BookieInfoRequest\x1a&.magnetar.bookie.v1.BookieInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=1261
-  _globals['_STATUS']._serialized_end=1444
+  _globals['_STATUS']._serialized_start=1327
+  _globals['_STATUS']._serialized_end=1510
   _globals['_ENTRY']._serialized_start=36
   _globals['_ENTRY']._serialized_end=125
   _globals['_ADDREQUEST']._serialized_start=127
@@ -47,18 +47,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READRESPONSE']._serialized_end=781
   _globals['_READLACREQUEST']._serialized_start=783
   _globals['_READLACREQUEST']._serialized_end=818
-  _globals['_FENCEREQUEST']._serialized_start=820
-  _globals['_FENCEREQUEST']._serialized_end=853
-  _globals['_READLACRESPONSE']._serialized_start=855
-  _globals['_READLACRESPONSE']._serialized_end=973
-  _globals['_DELETELEDGERREQUEST']._serialized_start=975
-  _globals['_DELETELEDGERREQUEST']._serialized_end=1015
-  _globals['_DELETELEDGERRESPONSE']._serialized_start=1017
-  _globals['_DELETELEDGERRESPONSE']._serialized_end=1056
-  _globals['_BOOKIEINFOREQUEST']._serialized_start=1058
-  _globals['_BOOKIEINFOREQUEST']._serialized_end=1077
-  _globals['_BOOKIEINFORESPONSE']._serialized_start=1080
-  _globals['_BOOKIEINFORESPONSE']._serialized_end=1258
-  _globals['_BOOKIESERVICE']._serialized_start=1447
-  _globals['_BOOKIESERVICE']._serialized_end=2007
+  _globals['_WRITELACREQUEST']._serialized_start=820
+  _globals['_WRITELACREQUEST']._serialized_end=884
+  _globals['_FENCEREQUEST']._serialized_start=886
+  _globals['_FENCEREQUEST']._serialized_end=919
+  _globals['_READLACRESPONSE']._serialized_start=921
+  _globals['_READLACRESPONSE']._serialized_end=1039
+  _globals['_DELETELEDGERREQUEST']._serialized_start=1041
+  _globals['_DELETELEDGERREQUEST']._serialized_end=1081
+  _globals['_DELETELEDGERRESPONSE']._serialized_start=1083
+  _globals['_DELETELEDGERRESPONSE']._serialized_end=1122
+  _globals['_BOOKIEINFOREQUEST']._serialized_start=1124
+  _globals['_BOOKIEINFOREQUEST']._serialized_end=1143
+  _globals['_BOOKIEINFORESPONSE']._serialized_start=1146
+  _globals['_BOOKIEINFORESPONSE']._serialized_end=1324
+  _globals['_BOOKIESERVICE']._serialized_start=1513
+  _globals['_BOOKIESERVICE']._serialized_end=2172
 # @@protoc_insertion_point(module_scope)

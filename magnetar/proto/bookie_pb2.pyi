@@ -108,6 +108,14 @@ class ReadLacRequest(_message.Message):
     ledger_id: int
     def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
 
+class WriteLacRequest(_message.Message):
+    __slots__ = ("ledger_id", "last_add_confirmed")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    last_add_confirmed: int
+    def __init__(self, ledger_id: _Optional[int] = ..., last_add_confirmed: _Optional[int] = ...) -> None: ...
+
 class FenceRequest(_message.Message):
     __slots__ = ("ledger_id",)
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]

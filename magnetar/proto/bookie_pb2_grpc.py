@@ -49,6 +49,11 @@ class BookieServiceStub:
                 request_serializer=bookie__pb2.ReadLacRequest.SerializeToString,
                 response_deserializer=bookie__pb2.ReadLacResponse.FromString,
                 _registered_method=True)
+        self.WriteLastAddConfirmed = channel.unary_unary(
+                '/magnetar.bookie.v1.BookieService/WriteLastAddConfirmed',
+                request_serializer=bookie__pb2.WriteLacRequest.SerializeToString,
+                response_deserializer=bookie__pb2.ReadLacResponse.FromString,
+                _registered_method=True)
         self.FenceLedger = channel.unary_unary(
                 '/magnetar.bookie.v1.BookieService/FenceLedger',
                 request_serializer=bookie__pb2.FenceRequest.SerializeToString,
@@ -88,7 +93,22 @@ class BookieServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadLastAddConfirmed(self, request, context):
-        """The highest last-add-confirmed any add of this ledger carried, and what this bookie holds.
+        """The ledger's last-add-confirmed as this bookie knows it: the highest of what any stored add carried
+        and what the writer last told it explicitly (WriteLastAddConfirmed); and what this bookie holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteLastAddConfirmed(self, request, context):
+        """The writer's explicit LAC (BookKeeper's WriteLac): an idle writer tells the bookies what it has
+        confirmed since its last add, so readers of an open ledger see its newest entry without waiting for the
+        next add. The bookie keeps the highest value per ledger, in memory only (a restarted bookie falls back
+        to the piggybacked LAC until the next add or explicit LAC), clamped to the highest entry it stores of
+        the ledger: a bookie never claims an entry confirmed that it could not serve (with striping, a bookie
+        outside the LAC entry's write set therefore keeps a lower value; readers take the maximum over the
+        ensemble). A ledger this bookie holds no entry of is left untouched (answered known = false).
+        INVALID_ARGUMENT for a LAC below -1. Answers like ReadLastAddConfirmed, after the update.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,6 +152,11 @@ def add_BookieServiceServicer_to_server(servicer, server):
             'ReadLastAddConfirmed': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLastAddConfirmed,
                     request_deserializer=bookie__pb2.ReadLacRequest.FromString,
+                    response_serializer=bookie__pb2.ReadLacResponse.SerializeToString,
+            ),
+            'WriteLastAddConfirmed': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteLastAddConfirmed,
+                    request_deserializer=bookie__pb2.WriteLacRequest.FromString,
                     response_serializer=bookie__pb2.ReadLacResponse.SerializeToString,
             ),
             'FenceLedger': grpc.unary_unary_rpc_method_handler(
@@ -230,6 +255,33 @@ class BookieService:
             target,
             '/magnetar.bookie.v1.BookieService/ReadLastAddConfirmed',
             bookie__pb2.ReadLacRequest.SerializeToString,
+            bookie__pb2.ReadLacResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteLastAddConfirmed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/magnetar.bookie.v1.BookieService/WriteLastAddConfirmed',
+            bookie__pb2.WriteLacRequest.SerializeToString,
             bookie__pb2.ReadLacResponse.FromString,
             options,
             channel_credentials,

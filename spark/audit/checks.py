@@ -104,7 +104,9 @@ def prepare(df: DataFrame) -> tuple[DataFrame, str]:
     properties = F.array_sort(F.map_entries(F.map_filter(
         F.col(C.PROPERTIES), lambda k, _v: ~k.startswith(C.REPLICATOR_PROPERTY_PREFIX))))
     digest = F.xxhash64(*[F.col(c) for c in _payload_columns(df)], F.col(C.KEY), properties)
-    optional = [F.col(C.REPLICATE_TO).alias("rt")] if C.REPLICATE_TO in df.columns else []
+    # Unset is null (the brokers' reader) or empty (the data source): both mean "every replication cluster".
+    rt = F.col(C.REPLICATE_TO)
+    optional = [F.when(F.size(rt) > 0, rt).alias("rt")] if C.REPLICATE_TO in df.columns else []
     # A position packed in one long, as the replicator's deduplication packs origin positions (ledger ids and
     # entry ids stay below 2**31 and 2**32): aggregating plain longs keeps Spark on its hash aggregation.
     packed = F.shiftleft(F.col(C.LEDGER_ID).cast("long"), 32).bitwiseOR(F.col(C.ENTRY_ID).cast("long"))

@@ -61,6 +61,7 @@ def load(spark: SparkSession, topology: Union[Topology, str, pathlib.Path], topi
                 .option("topics", ",".join(topics))
                 .option("startingOffsets", "earliest")
                 .option("endingOffsets", "latest")
+                .option("decodeSchema", "false")  # the payload's bytes: what the audit hashes
                 .load())
     if use_source:
         raise AuditError("the Magnetar data source (magnetar.spark) is not installed")

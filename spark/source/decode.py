@@ -10,7 +10,7 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   ``(ledger, entry, partition, index)`` with the batch size, as pulsar-client serializes a received
   message's id; a member's key, properties, event time and sequence id are its own
   (``SingleMessageMetadata``), the sequence id defaulting to the entry's plus the index as pulsar-client
-  assigns them; producer name, publish time and ``replicated_from`` are the entry's.
+  assigns them; producer name, publish time, ``replicated_from`` and ``replicate_to`` are the entry's.
 
 Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush`.
 """
@@ -24,12 +24,13 @@ import pyarrow as pa
 from magnetar.protocol import ProtocolError, decompress, parse_entry, split_batch
 
 from .errors import SourceDataError
-from .schema import ARROW_SCHEMA
+from .schema import ARROW_SCHEMA, arrow_schema
 
 __all__ = ["RowBuilder", "encode_message_id"]
 
 _TIMESTAMP = ARROW_SCHEMA.field("__publishTime").type
 _PROPERTIES = ARROW_SCHEMA.field("__messageProperties").type
+_CLUSTERS = ARROW_SCHEMA.field("__replicateTo").type
 _U64 = 1 << 64
 
 
@@ -76,11 +77,14 @@ class RowBuilder:
         markers: marker entries skipped so far.
     """
 
-    def __init__(self, topic: str, region: str, partition: int) -> None:
+    def __init__(self, topic: str, region: str, partition: int, value_schema=None) -> None:
         self.topic = topic
         self.region = region
         self.partition = partition
         self.markers = 0
+        # A JSON/Avro topic read as columns (spark.source.values): payloads decoded at flush.
+        self._decoder = value_schema.decoder() if value_schema is not None else None
+        self._schema = arrow_schema(value_schema)
         self._reset()
 
     def _reset(self) -> None:
@@ -99,6 +103,8 @@ class RowBuilder:
         self._ledgers: list[int] = []
         self._entries: list[int] = []
         self._indexes: list[int] = []
+        self._rt_offsets: list[int] = [0]
+        self._rt_values: list[str] = []
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> int:
         """Adds the rows of one stored entry; returns how many.
@@ -126,6 +132,7 @@ class RowBuilder:
         if md.HasField("num_messages_in_batch"):
             n = self._add_batch(prefix, md, payload)
             if n:
+                self._add_replicate_to(md.replicate_to, n)
                 self._publish.extend(repeat(md.publish_time * 1000, n))
                 self._producers.extend(repeat(md.producer_name, n))
                 self._replicated.extend(repeat(replicated, n))
@@ -149,8 +156,19 @@ class RowBuilder:
         self._replicated.append(replicated)
         self._ledgers.append(ledger_id)
         self._entries.append(entry_id)
+        self._add_replicate_to(md.replicate_to, 1)
         self.rows += 1
         return 1
+
+    def _add_replicate_to(self, clusters, n: int) -> None:
+        offsets = self._rt_offsets
+        if not clusters:
+            offsets.extend(repeat(offsets[-1], n))
+            return
+        names = list(clusters)
+        for _ in range(n):
+            self._rt_values.extend(names)
+            offsets.append(len(self._rt_values))
 
     def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
         count = md.num_messages_in_batch
@@ -198,6 +216,28 @@ class RowBuilder:
             pa.array(self._ledgers, pa.int64()),
             pa.array(self._entries, pa.int64()),
             pa.array(self._indexes, pa.int32()),
+            pa.ListArray.from_arrays(pa.array(self._rt_offsets, pa.int32()), pa.array(self._rt_values, pa.string()),
+                                     type=_CLUSTERS),
         ]
+        if self._decoder is not None:
+            columns[:1] = self._value_columns()
         self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+    def _value_columns(self) -> list[pa.Array]:
+        decoded = []
+        for i, payload in enumerate(self._values):
+            try:
+                decoded.append(self._decoder.decode(payload))
+            except ValueError as e:
+                raise SourceDataError(
+                    f"{self.topic} in {self.region}: message {self._ledgers[i]}:{self._entries[i]}"
+                    f"{'' if self._indexes[i] < 0 else ':' + str(self._indexes[i])} does not match the topic's "
+                    f"{self._decoder.schema.kind} schema: {e}") from None
+        nfields = len(self._decoder.schema.fields)
+        target = pa.struct(list(self._schema)[:nfields])
+        try:
+            return self._decoder.columns(decoded, target)
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise SourceDataError(f"{self.topic} in {self.region}: values do not fit the topic's "
+                                  f"{self._decoder.schema.kind} schema: {e}") from None

@@ -28,8 +28,9 @@ from .offsets import EARLIEST, OffsetSpec, Position, RegionOffsets
 from .options import RegionSpec, SourceOptions, TopicSelection, pattern_matches
 from .planning import LedgerExtent, Split, latest_position, plan_topic
 from .runtime import RegionConnection, runtime
+from .values import ValueSchema, parse_schema_answer
 
-__all__ = ["Region", "plan_batch", "initial_offsets", "latest_offsets", "plan_stream"]
+__all__ = ["Region", "plan_batch", "initial_offsets", "latest_offsets", "plan_stream", "value_schema"]
 
 log = logging.getLogger("spark.source")
 
@@ -89,6 +90,38 @@ def _admin_get(spec: RegionSpec, admin: AdminClient, path: str, option: str):
         if e.status in (401, 403):
             raise SourceOptionError("auth.token", f"{spec.admin_url} refused GET {path}: {e}") from None
         raise SourceOptionError(option, f"{spec.admin_url} answered GET {path}: {e}") from None
+
+
+def _topic_schema(region: Region, admin: AdminClient, base: TopicName) -> Optional[ValueSchema]:
+    path = f"/admin/v2/schemas/{base.tenant}/{base.namespace_portion}/{base.encoded_local_name}/schema"
+    try:
+        answer = admin.get(path)
+    except AdminError as e:
+        if e.status == 404:
+            return None  # no schema: bytes
+        return _admin_get(region.spec, admin, path, "topic")  # raises the mapped error
+    return parse_schema_answer(answer if isinstance(answer, dict) else None)
+
+
+def value_schema(options: SourceOptions) -> Optional[ValueSchema]:
+    """The JSON/Avro schema whose fields the read returns as columns; None: the ``value`` bytes.
+
+    Asked of the first region's admin API (a deployment's schema registry is global). Every topic read must
+    have that same schema; topics with different schemas, or some with and some without, are refused (read
+    them separately, or with ``decodeSchema`` false).
+    """
+    if not options.decode_schema:
+        return None
+    region = resolve_regions(options)[0]
+    admin = region.admin()
+    bases = sorted({str(TopicName.parse(t).base) for t in region.topics(options.selection)})
+    found = {base: _topic_schema(region, admin, TopicName.parse(base)) for base in bases}
+    kinds = {s for s in found.values()}
+    if len(kinds) <= 1:
+        return next(iter(kinds), None)
+    described = {b: (s.kind if s else "none") for b, s in found.items()}
+    raise SourceOptionError("decodeSchema", f"the topics read have different schemas ({described}): read them "
+                                            "separately, or set decodeSchema to false to read the value bytes")
 
 
 def _cluster_name(spec: RegionSpec) -> str:

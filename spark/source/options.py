@@ -16,8 +16,10 @@ topics are read partition by partition, each partition's rows carrying its own n
 
 From where to where: ``startingOffsets`` / ``endingOffsets`` (see :mod:`spark.source.offsets`);
 ``endingOffsets`` is refused by streaming reads. How: ``maxEntriesPerSplit`` (a ledger with more entries is
-read by several Spark partitions), ``rowsPerBatch`` (rows per Arrow record batch). Credentials for the admin
-API: ``auth.token`` or ``auth.token.file``, ``tls.trust.certs.file``.
+read by several Spark partitions), ``rowsPerBatch`` (rows per Arrow record batch), ``decodeSchema``
+(``true``, the default: topics with a JSON or Avro schema give the schema's fields as columns, see
+:mod:`spark.source.values`; ``false``: always the ``value`` bytes). Credentials for the admin API:
+``auth.token`` or ``auth.token.file``, ``tls.trust.certs.file``.
 
 Option names are case-insensitive (Spark lowercases them); unknown options are refused, so a misspelled
 one cannot silently change nothing.
@@ -45,7 +47,7 @@ ROWS_PER_BATCH_DEFAULT = 4096
 OPTION_NAMES: tuple[str, ...] = (
     "admin.url", "service.url", "metadata.url", "region", "regions", "topology",
     "topic", "topics", "topicsPattern", "path",
-    "startingOffsets", "endingOffsets", "maxEntriesPerSplit", "rowsPerBatch",
+    "startingOffsets", "endingOffsets", "maxEntriesPerSplit", "rowsPerBatch", "decodeSchema",
     "auth.token", "auth.token.file", "tls.trust.certs.file",
 )
 _CANONICAL = {name.lower(): name for name in OPTION_NAMES}
@@ -89,6 +91,7 @@ class SourceOptions:
     max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
     rows_per_batch: int = ROWS_PER_BATCH_DEFAULT
     streaming: bool = False
+    decode_schema: bool = True
 
 
 def parse_options(options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
@@ -118,6 +121,7 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool = False) -> Sou
         max_entries_per_split=_positive_int(opts, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT),
         rows_per_batch=_positive_int(opts, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT),
         streaming=streaming,
+        decode_schema=_bool(opts, "decodeSchema", True),
     )
 
 
@@ -315,6 +319,15 @@ def _topology_regions(path_text: str, names_text: str, credentials: dict[str, An
 
 
 # --------------------------------------------------------------------------------------------- misc
+
+
+def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
+    text = opts.get(option, "").strip().lower()
+    if not text:
+        return default
+    if text not in ("true", "false"):
+        raise SourceOptionError(option, f"true or false, not {opts[option]!r}")
+    return text == "true"
 
 
 def _positive_int(opts: Mapping[str, str], option: str, default: int) -> int:

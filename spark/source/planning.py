@@ -8,8 +8,10 @@ metadata and the bookies' addresses), the ledger and an inclusive entry range th
 split was planned, so reading it twice gives the same rows.
 
 Ledgers still open are read up to their last add confirmed (LAC) as the bookies report it: an entry is
-readable once its writer knew it durable on an ack quorum, which the bookies learn from the next add (so the
-newest entry of an idle open ledger shows up once another entry follows it or the ledger is closed).
+readable once its writer knew it durable on an ack quorum, which the bookies learn from the next add or,
+when no add follows, from the writer's explicit LAC (sent ``explicit_lac_interval_ms``, 100 ms by default,
+after adds stop: :mod:`bookie.client.write_handle`). So the newest entry of an idle open ledger is read too,
+at most about two intervals after it was acknowledged to its producer.
 Streaming offsets never move past a ledger that is not closed (:func:`latest_position`), so the entries it
 still confirms are read in a later micro-batch rather than skipped.
 """

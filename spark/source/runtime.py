@@ -181,11 +181,12 @@ async def _read(handle: ReadHandle, split: Split, first: int, last: int):
                                      f"{first}..{last}: {e}") from None
 
 
-def read_split(split: Split, rows_per_batch: int) -> Iterator[pa.RecordBatch]:
-    """Yields the rows of ``split`` as record batches of at most about ``rows_per_batch`` rows."""
+def read_split(split: Split, rows_per_batch: int, value_schema=None) -> Iterator[pa.RecordBatch]:
+    """Yields the rows of ``split`` as record batches of at most about ``rows_per_batch`` rows (with
+    ``value_schema``, a :class:`~spark.source.values.ValueSchema`, its fields in place of ``value``)."""
     rt = runtime()
     handle = rt.run(_open(rt, split))
-    builder = RowBuilder(split.topic, split.region, split.partition)
+    builder = RowBuilder(split.topic, split.region, split.partition, value_schema)
     chunk = _CHUNK_ENTRIES_FIRST
     next_first = split.first_entry_id
 

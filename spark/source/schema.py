@@ -21,6 +21,9 @@ column                      type                         meaning
 ``__ledgerId``              long
 ``__entryId``               long
 ``__batchIndex``            int                          -1 for a non-batched entry, else index in batch
+``__replicateTo``           array<string>                the message's own ``replicate_to`` (pulsar-client's
+                                                         ``replication_clusters``; ``disable_replication``
+                                                         sends ``["__local__"]``), empty when unset
 ==========================  ===========================  ===================================================
 """
 
@@ -28,10 +31,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "COLUMNS", "spark_schema"]
+__all__ = ["ARROW_SCHEMA", "COLUMNS", "arrow_schema", "spark_schema"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _PROPERTIES = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+_CLUSTERS = pa.list_(pa.field("element", pa.string(), nullable=False))
 
 # (name, Spark DDL type, Arrow type, nullable)
 _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
@@ -49,17 +53,41 @@ _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
     ("__ledgerId", "bigint", pa.int64(), False),
     ("__entryId", "bigint", pa.int64(), False),
     ("__batchIndex", "int", pa.int32(), False),
+    ("__replicateTo", "array<string>", _CLUSTERS, False),
 )
 
 COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)
 ARROW_SCHEMA = pa.schema([pa.field(name, arrow, nullable=nullable) for name, _, arrow, nullable in _COLUMNS])
 
 
-def spark_schema():
-    """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported)."""
-    from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-                                   TimestampType)
+def spark_schema(value=None):
+    """The Spark ``StructType`` (built on demand: this module is also used where pyspark is not imported).
+
+    With ``value`` (a :class:`~spark.source.values.ValueSchema`), the schema's fields come first, in place of
+    ``value``.
+    """
+    base = _base_spark_schema()
+    if value is None:
+        return base
+    from pyspark.sql.types import StructType
+
+    return StructType([*value.spark_fields(), *base.fields[1:]])
+
+
+def arrow_schema(value=None) -> pa.Schema:
+    """The Arrow schema of the record batches for :func:`spark_schema` ``(value)``, as Spark expects it."""
+    if value is None:
+        return ARROW_SCHEMA
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema(value), timezone="UTC")
+
+
+def _base_spark_schema():
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType, StructField,
+                                   StructType, TimestampType)
 
     types = {"binary": BinaryType(), "string": StringType(), "timestamp": TimestampType(), "bigint": LongType(),
-             "int": IntegerType(), "map<string,string>": MapType(StringType(), StringType(), valueContainsNull=False)}
+             "int": IntegerType(), "map<string,string>": MapType(StringType(), StringType(), valueContainsNull=False),
+             "array<string>": ArrayType(StringType(), containsNull=False)}
     return StructType([StructField(name, types[ddl], nullable) for name, ddl, _, nullable in _COLUMNS])

@@ -1,9 +1,11 @@
-"""The consistency audit against a real two-region deployment (real ZooKeeper, bookies and brokers per region,
-geo-replication between them), with real Spark: one local session for the module, and a Spark standalone
-cluster (a master and a worker started from the pyspark installation) for the CLI.
+"""The consistency audit against a real deployment (real ZooKeeper, bookies and brokers per region, geo-replication
+between them), with real Spark: one local session for the module, and a Spark standalone cluster (a master and a
+worker started from the pyspark installation) for the CLI. Three regions run; every test but one audits two of
+them (its namespaces are replicated to those two, its topology names only them); the three-region test audits all.
 
 * healthy traffic from pulsar-client in both regions (batched and not, a partitioned topic, keys, properties,
-  a message sent with ``disable_replication``): no violation, and the counts are what was produced;
+  a message sent with ``disable_replication``): no violation, and the counts are what was produced; the same in
+  three regions, with messages narrowed by ``replication_clusters`` and ``disable_replication``;
 * faults made by ``spark.faults`` through the brokers (a message in one region only, a duplicate, a reordered
   pair, a changed payload, strays by routing and by replication clusters): each one found, attributed to its
   region, topic, origin, producer and sequence id, and nothing else;
@@ -11,9 +13,8 @@ cluster (a master and a worker started from the pyspark installation) for the CL
 * ``magnetar audit --master spark://...`` on the standalone cluster gives the report of ``local[*]``.
 
 The healthy and fault cases run with each reader of :func:`spark.audit.load`: through the brokers, and the
-Magnetar data source (skipped when it is not installed; expected to fail while it skips the newest entry of an
-open ledger, see ``SOURCE_TAIL``). Where the source cannot tell (``__replicateTo``), the expectation says which
-way. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
+Magnetar data source (which reads each open ledger up to its newest entry: the brokers' ledger writers send an
+explicit LAC once adds stop). Both give ``__replicateTo``. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
 """
 
 from __future__ import annotations
@@ -45,21 +46,16 @@ from tests.kit.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
-# The data source reads an open ledger up to the LAC its bookies report, one entry behind the broker's last
-# confirmed entry: the newest entry of each region's topic is not read, so the audit reports its messages
-# missing. Strict: once the source reads up to the confirmed end, these pass and the mark must go.
-SOURCE_TAIL = pytest.mark.xfail(strict=True, reason="issue 16: the data source skips the newest entry of an open ledger "
-                                "(bookie LAC lags the broker's last confirmed entry by one)")
-READERS = pytest.mark.parametrize("reader", ["brokers", pytest.param("source", marks=SOURCE_TAIL)])
+READERS = pytest.mark.parametrize("reader", ["brokers", "source"])
 
-EAST, WEST = "us-east", "eu-west"
+EAST, WEST, SOUTH = "us-east", "eu-west", "ap-south"
 TENANT = "audit"
 N = 200
 
 
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory, zk_server):
-    deployment = start_regions([EAST, WEST], tmp_path_factory.mktemp("audit-regions"), zk_server,
+    deployment = start_regions([EAST, WEST, SOUTH], tmp_path_factory.mktemp("audit-regions"), zk_server,
                                bookies=2, brokers=1)
     try:
         yield deployment
@@ -67,15 +63,25 @@ def regions(tmp_path_factory, zk_server):
         deployment.stop()
 
 
-@pytest.fixture(scope="module")
-def topology(regions, tmp_path_factory) -> pathlib.Path:
-    """The deployment as ``magnetar up`` would describe it in topology.json."""
-    doc = {"regions": {name: {"zookeeper": {"connect": r.zk_connect},
-                              "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in r.brokers]}
-                       for name, r in regions.items()}}
-    path = tmp_path_factory.mktemp("audit-topology") / "topology.json"
+def write_topology(regions, names, path: pathlib.Path) -> pathlib.Path:
+    """Regions ``names`` of the deployment as ``magnetar up`` would describe them in topology.json."""
+    doc = {"regions": {name: {"zookeeper": {"connect": regions[name].zk_connect},
+                              "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in regions[name].brokers]}
+                       for name in names}}
     path.write_text(json.dumps(doc))
     return path
+
+
+@pytest.fixture(scope="module")
+def topology(regions, tmp_path_factory) -> pathlib.Path:
+    """us-east and eu-west."""
+    return write_topology(regions, [EAST, WEST], tmp_path_factory.mktemp("audit-topology") / "topology.json")
+
+
+@pytest.fixture(scope="module")
+def topology3(regions, tmp_path_factory) -> pathlib.Path:
+    """All three regions."""
+    return write_topology(regions, [EAST, WEST, SOUTH], tmp_path_factory.mktemp("audit-topology3") / "topology.json")
 
 
 @pytest.fixture(scope="module")
@@ -146,11 +152,9 @@ def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, 
     wait_replicated(regions, parted, [EAST], [WEST], partitions=2)
 
     report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, grace_s=5, reader=reader)
-    assert report["inputs"]["reader"] == reader
-
-    local_only = 0 if report["inputs"]["replicate_to"] else 3  # without replicate_to they look missing
-    assert report["violations"] == local_only, report["checks"]
-    assert report["checks"]["missing"]["count"] == local_only
+    assert report["inputs"]["reader"] == reader and report["inputs"]["replicate_to"] is True
+    assert report["violations"] == 0, report["checks"]
+    assert report["checks"]["missing"]["count"] == 0  # east-local's 3 messages are not expected in eu-west
     assert report["checks"]["subscription_divergence"]["checked"] is True
     assert report["in_flight"]["count"] == 0
     parts = [f"{parted}-partition-{p}" for p in range(2)]
@@ -166,6 +170,35 @@ def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, 
     delays = report["replication_delay"]["by_direction"]
     assert delays[f"{EAST} -> {WEST}"]["count"] == 2 * N and delays[f"{WEST} -> {EAST}"]["count"] == N
     assert json.loads((tmp_path / "report.json").read_text()) == report
+
+
+@READERS
+def test_healthy_three_regions_report_no_violation_and_what_was_produced(regions, clients, spark, topology3,
+                                                                         tmp_path, reader):
+    """Every region produces (batched and not); us-east also sends messages routed to eu-west only
+    (``replication_clusters``) and ap-south some kept local (``disable_replication``): nothing is missing where
+    a message was not routed, nothing else is wrong, and the counts are what was produced."""
+    need(reader, spark)
+    ns = namespace(regions, (EAST, WEST, SOUTH))
+    topic = f"persistent://{ns}/three"
+    n, narrow, local = 20, 4, 3
+    produce(clients[EAST], topic, "east-app", n, batching=False)
+    produce(clients[WEST], topic, "west-app", n, batching=True)
+    produce(clients[SOUTH], topic, "south-app", n, batching=False)
+    produce(clients[EAST], topic, "east-narrow", narrow, batching=False, replication_clusters=[EAST, WEST])
+    produce(clients[SOUTH], topic, "south-local", local, batching=True, disable_replication=True)
+    wait_replicated(regions, topic, [EAST, WEST, SOUTH], [EAST, WEST, SOUTH])
+
+    report = audit_deployment(spark, topology3, namespace=ns, out_dir=tmp_path, grace_s=5, reader=reader)
+    assert report["inputs"]["reader"] == reader and report["inputs"]["replicate_to"] is True
+    assert report["violations"] == 0, report["checks"]
+    assert report["in_flight"]["count"] == 0
+    assert report["expected_regions"] == {topic: sorted([EAST, WEST, SOUTH])}
+    assert report["rows"]["by_region"] == {EAST: 3 * n + narrow, WEST: 3 * n + narrow, SOUTH: 3 * n + local}
+    assert report["messages"]["by_topic"][topic] == {EAST: n + narrow, WEST: n, SOUTH: n + local}
+    delays = {d: s["count"] for d, s in report["replication_delay"]["by_direction"].items()}
+    assert delays == {f"{EAST} -> {WEST}": n + narrow, f"{EAST} -> {SOUTH}": n, f"{WEST} -> {EAST}": n,
+                      f"{WEST} -> {SOUTH}": n, f"{SOUTH} -> {EAST}": n, f"{SOUTH} -> {WEST}": n}
 
 
 # ------------------------------------------------------------------------------------------ faults
@@ -208,9 +241,8 @@ def test_each_injected_fault_is_found_and_attributed(faulty, spark, topology, tm
     need(reader, spark)
     faults, ns = faulty
     report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, subscriptions=False, reader=reader)
-    expected = set(faults)
-    if not report["inputs"]["replicate_to"]:  # a stray by routing needs each message's replicate_to
-        expected = {f for f in expected if f.producer != "router"}
+    expected = set(faults)  # a stray by routing ("router") is seen through each message's replicate_to
+    assert report["inputs"]["replicate_to"] is True
     assert found_faults(spark, tmp_path, report) == expected
     assert report["violations"] == len(expected)
     assert report["checks"]["duplicate"]["by_direction"] == {f"{EAST} -> {WEST}": 1}

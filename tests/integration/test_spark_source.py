@@ -4,8 +4,9 @@ One deployment serves the module: two regions (us-east, eu-west: each a ZooKeepe
 broker; ledgers roll over every 200 entries so topics span several ledgers) and one local Spark session.
 Every topic is checked row by row against the producers' own record (the message ids pulsar-client's send
 callbacks returned, payloads, keys, properties, event times, producer names, sequence ids): nothing missing,
-nothing extra. Before a bounded read the topic is unloaded, which closes its ledger: an open ledger is read
-only up to the entry its bookies know confirmed (its newest entry becomes readable with the next one).
+nothing extra. An open ledger is read up to its newest entry (the broker's ledger writer sends an explicit LAC
+once adds stop), which one test checks on an idle topic; the others unload the topic before a bounded read,
+which closes its ledger, so that they read closed ledgers and do not depend on that timing.
 Each topic gets a durable subscription before anything is produced: it holds every ledger (brokers do not
 apply a namespace's retention policy to managed ledgers yet, so without a cursor a rolled-over ledger is
 trimmed at once).
@@ -306,6 +307,71 @@ def test_replicated_copy_shows_origin(spark, regions, namespace, east_client) ->
     assert origin == 0
 
 
+def test_an_idle_topics_newest_message_is_read(spark, regions, local_namespace, east_client) -> None:
+    """Nothing follows the last message and the topic stays loaded (its ledger open): a bounded read still
+    returns it, within a deadline (the writer's explicit LAC, sent once adds stop, makes it readable)."""
+    east = regions[EAST]
+    topic = new_topic(local_namespace, "idle")
+    hold(east_client, topic)
+    sent = produce(east_client, topic, 3, name="idle", batching=False, one_by_one=True)
+    rows: list[dict] = []
+
+    def all_read() -> bool:
+        rows[:] = rows_of(reader(spark, east, topic=topic).load())
+        return len(rows) == 3
+
+    wait_for(all_read, 30, interval_s=0.2, what="a bounded read returns the idle topic's newest message")
+    assert_rows_match(rows, sent, region=EAST)
+    # The topic stayed loaded, its ledger open, and the newest message is the last one the broker confirmed.
+    stats = east.admin("GET", f"/admin/v2/{topic_path(topic)}/internalStats")
+    assert stats["state"] == "LedgerOpened", stats
+    assert stats["lastConfirmedEntry"] == f"{sent[-1].ledger_id}:{sent[-1].entry_id}", stats
+
+
+@pytest.mark.parametrize("kind", ["json", "avro"])
+def test_a_json_or_avro_topic_reads_as_the_schemas_fields(spark, regions, local_namespace, east_client, kind) -> None:
+    """A producer with pulsar-client's JsonSchema / AvroSchema: the record's fields are top-level columns (as
+    the pulsar-spark connector gives them) holding what was sent; ``decodeSchema`` false gives the bytes;
+    a read mixing topics of different schemas is refused with the reason."""
+    from pulsar.schema import Array, AvroSchema, Double, Integer, JsonSchema, Record, String
+
+    class Order(Record):
+        item = String()
+        qty = Integer()
+        price = Double()
+        tags = Array(String())
+
+    east = regions[EAST]
+    topic = new_topic(local_namespace, kind)
+    hold(east_client, topic)
+    producer = east_client.create_producer(topic, producer_name=f"{kind}-orders",
+                                           schema=(JsonSchema if kind == "json" else AvroSchema)(Order))
+    sent = [Order(item=f"item-{i}", qty=i, price=i * 0.5, tags=[f"t{i}", "x"] if i % 2 else None) for i in range(20)]
+    for order in sent:
+        producer.send(order)
+    producer.close()
+    unload(east, topic)
+
+    df = reader(spark, east, topic=topic).load()
+    assert df.columns[:4] == ["item", "qty", "price", "tags"] and "value" not in df.columns
+    assert dict(df.dtypes)["qty"] == "int" and dict(df.dtypes)["tags"] == "array<string>"
+    rows = sorted(df.toArrow().to_pylist(), key=lambda r: r["qty"])
+    assert [(r["item"], r["qty"], r["price"], r["tags"]) for r in rows] == \
+        [(o.item, o.qty, o.price, o.tags) for o in sent]
+    assert {r["__producerName"] for r in rows} == {f"{kind}-orders"}
+
+    raw = reader(spark, east, topic=topic, decodeSchema="false").load()
+    assert raw.columns[0] == "value" and raw.count() == len(sent)
+
+    plain = new_topic(local_namespace, "plain")
+    hold(east_client, plain)
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException) as caught:
+        reader(spark, east, topics=f"{topic},{plain}").load()
+    assert "decodeSchema" in str(caught.value) and "different schemas" in str(caught.value)
+
+
 def test_bad_options_fail_before_any_work(spark) -> None:
     """Each bad option fails ``load()`` with the source's option error naming it; the unreachable
     addresses show that nothing was contacted first."""
@@ -363,14 +429,13 @@ def test_stream_picks_up_messages_produced_after_it_started(spark, regions, loca
             with lock:
                 return [r["value"] for r in seen]
 
-        # An open ledger is read up to what its bookies know confirmed: each entry carries the writer's LAC
-        # when it was sent, so one by one, all but the newest message show up.
+        # An open ledger is read up to its newest entry: each entry carries the writer's LAC when it was sent,
+        # and once adds stop the writer tells the bookies the rest (explicit LAC).
         first = produce(east_client, topic, 10, name="s1", batching=False, one_by_one=True)
-        wait_for(lambda: len(values()) >= 9, 90, interval_s=0.2, what="the stream read the open ledger's messages")
-        # A burst is known confirmed only in part until more follows or the ledger closes (unloading closes it).
+        wait_for(lambda: len(values()) >= 10, 90, interval_s=0.2, what="the stream read the open ledger's messages")
         first += produce(east_client, topic, 40, name="s2", batching=False)
-        unload(east, topic)
-        wait_for(lambda: len(values()) >= 50, 90, interval_s=0.2, what="the stream read the closed ledger's tail")
+        wait_for(lambda: len(values()) >= 50, 90, interval_s=0.2, what="the stream read the open ledger's burst")
+        unload(east, topic)  # closes the ledger: the next messages go to a new one
         second = produce(east_client, topic, 25, name="s3", batch_max=10)
         unload(east, topic)
         wait_for(lambda: len(values()) >= 75, 90, interval_s=0.2, what="the stream read messages of a new ledger")

@@ -32,7 +32,7 @@ def test_arrow_schema_is_what_spark_expects_of_the_declared_schema() -> None:
     assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
     assert list(COLUMNS) == ["value", "__key", "__topic", "__messageId", "__publishTime", "__eventTime",
                              "__messageProperties", "__region", "__producerName", "__sequenceId", "__replicatedFrom",
-                             "__ledgerId", "__entryId", "__batchIndex"]
+                             "__ledgerId", "__entryId", "__batchIndex", "__replicateTo"]
 
 
 # ------------------------------------------------------------------------------------------ message ids
@@ -123,6 +123,19 @@ def test_batched_entry_gives_one_row_per_member_with_its_own_metadata(codec: int
     assert {r["__producerName"] for r in rows} == {"prod"} and {r["__replicatedFrom"] for r in rows} == {None}
 
 
+def test_replicate_to_is_each_messages_and_empty_when_unset() -> None:
+    """An entry's ``replicate_to`` (pulsar-client's ``replication_clusters`` / ``disable_replication``) is every
+    member's; unset is an empty list, never null."""
+    b = RowBuilder(TOPIC, "r", -1)
+    b.add_entry(1, 0, encode_entry(_md(), b"plain"))
+    b.add_entry(1, 1, encode_entry(_md(replicate_to=["__local__"]), b"local"))
+    items = [(pb.SingleMessageMetadata(payload_size=0), b"m%d" % i) for i in range(3)]
+    b.add_entry(1, 2, _batch(items, replicate_to=["us-east", "ap-south"]))
+    b.add_entry(1, 3, _batch(items[:2]))
+    rows = _rows(b)
+    assert [r["__replicateTo"] for r in rows] == [[], ["__local__"], *[["us-east", "ap-south"]] * 3, [], []]
+
+
 def test_markers_and_compacted_out_members_give_no_rows() -> None:
     b = RowBuilder(TOPIC, "r", -1)
     marker = _md(marker_type=pb.REPLICATED_SUBSCRIPTION_SNAPSHOT)
@@ -206,3 +219,98 @@ def test_offsets_round_trip_through_spark_json() -> None:
     doc = offsets_to_json(offsets)
     assert json.loads(json.dumps(doc)) == {"eu-west": {}, "us-east": {TOPIC: {"ledgerId": 3, "entryId": 4}}}
     assert offsets_from_json(doc) == offsets
+
+
+# ------------------------------------------------------------------------------------------ JSON / Avro values
+
+
+_RECORD = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "item", "type": ["null", "string"]},
+    {"name": "price", "type": ["double", "null"]},
+    {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+    {"name": "attrs", "type": {"type": "map", "values": "int"}},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+    {"name": "where", "type": ["null", {"type": "record", "name": "Place", "fields": [
+        {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}]},
+    {"name": "raw", "type": "bytes"},
+]}
+
+
+def _values_schema(kind: str = "AVRO"):
+    from spark.source.values import ValueSchema
+
+    return ValueSchema(kind, json.dumps(_RECORD))
+
+
+def test_avro_record_fields_become_spark_columns_ahead_of_the_metadata() -> None:
+    from pyspark.sql.types import (ArrayType, BinaryType, DoubleType, IntegerType, LongType, MapType, StringType,
+                                   StructField, StructType)
+
+    schema = spark_schema(_values_schema())
+    assert schema.fieldNames()[:8] == ["id", "item", "price", "tags", "attrs", "kind", "where", "raw"]
+    assert schema.fieldNames()[8:] == list(COLUMNS[1:])
+    by_name = {f.name: f for f in schema.fields}
+    assert by_name["id"] == StructField("id", LongType(), False)
+    assert by_name["item"] == StructField("item", StringType(), True)
+    assert by_name["price"] == StructField("price", DoubleType(), True)
+    assert by_name["tags"].dataType == ArrayType(StringType(), False) and by_name["tags"].nullable
+    assert by_name["attrs"].dataType == MapType(StringType(), IntegerType(), False)
+    assert by_name["kind"] == StructField("kind", StringType(), False)
+    assert by_name["where"].dataType == StructType([StructField("city", StringType(), False),
+                                                    StructField("zip", IntegerType(), True)])
+    assert by_name["raw"].dataType == BinaryType()
+
+
+@pytest.mark.parametrize("definition, message", [
+    ({"type": "record", "name": "R", "fields": [{"name": "u", "type": ["int", "string"]}]}, "union"),
+    ({"type": "record", "name": "R", "fields": [{"name": "__key", "type": "string"}]}, "collide"),
+    ({"type": "string"}, "not an Avro record"),
+])
+def test_unsupported_schemas_are_refused_with_the_reason(definition, message) -> None:
+    from spark.source.values import ValueSchema
+
+    with pytest.raises(Exception) as caught:
+        ValueSchema("JSON", json.dumps(definition))
+    assert "SourceOptionError" in type(caught.value).__name__ and message in str(caught.value)
+
+
+def _order(i: int) -> dict:
+    return {"id": i, "item": None if i % 2 else f"item-{i}", "price": i * 1.5, "tags": ["a", str(i)],
+            "attrs": {"n": i}, "kind": "B" if i % 2 else "A", "where": {"city": "Paris", "zip": None}, "raw": b"\x00"}
+
+
+def test_avro_and_json_payloads_decode_into_the_columns() -> None:
+    fastavro = pytest.importorskip("fastavro")
+    import io
+
+    parsed = fastavro.parse_schema(_RECORD)
+    for kind in ("AVRO", "JSON"):
+        b = RowBuilder(TOPIC, "r", -1, _values_schema(kind))
+        for i in range(3):
+            if kind == "AVRO":
+                out = io.BytesIO()
+                fastavro.schemaless_writer(out, parsed, _order(i))
+                data = out.getvalue()
+            else:
+                data = json.dumps({k: v for k, v in _order(i).items() if k != "raw"}).encode()  # bytes: not JSON
+            b.add_entry(5, i, encode_entry(_md(), data))
+        batch = b.flush()
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert batch.schema.equals(to_arrow_schema(spark_schema(_values_schema(kind)), timezone="UTC")), kind
+        rows = batch.to_pylist()
+        assert [r["id"] for r in rows] == [0, 1, 2]
+        assert [r["item"] for r in rows] == ["item-0", None, "item-2"]
+        assert [r["attrs"] for r in rows] == [[("n", 0)], [("n", 1)], [("n", 2)]]
+        assert rows[1]["where"] == {"city": "Paris", "zip": None} and rows[1]["kind"] == "B"
+        assert rows[2]["__entryId"] == 2 and "value" not in rows[0]
+        if kind == "AVRO":
+            assert rows[0]["raw"] == b"\x00"
+
+
+def test_a_payload_that_is_not_of_the_schema_is_a_data_error_naming_the_message() -> None:
+    b = RowBuilder(TOPIC, "r", -1, _values_schema("JSON"))
+    b.add_entry(5, 7, encode_entry(_md(), b"not json"))
+    with pytest.raises(SourceDataError, match="5:7"):
+        b.flush()

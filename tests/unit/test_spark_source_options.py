@@ -148,3 +148,10 @@ def test_pattern_matches_partitions_by_their_topic() -> None:
     assert pattern_matches("persistent://t/ns/orders", "persistent://t/ns/orders-partition-2")
     assert pattern_matches("persistent://t/ns/ord.*", "persistent://t/ns/orders")
     assert not pattern_matches("persistent://t/ns/ord", "persistent://t/ns/orders")
+
+
+def test_decode_schema_is_a_boolean_defaulting_to_true() -> None:
+    assert parse_options({**ONE, "topic": T}).decode_schema is True
+    assert parse_options({**ONE, "topic": T, "decodeschema": "FALSE"}).decode_schema is False
+    with pytest.raises(SourceOptionError, match="decodeSchema"):
+        parse_options({**ONE, "topic": T, "decodeSchema": "yes"})
