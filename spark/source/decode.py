@@ -11,6 +11,9 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   message's id; a member's key, properties, event time and sequence id are its own
   (``SingleMessageMetadata``), the sequence id defaulting to the entry's plus the index as pulsar-client
   assigns them; producer name, publish time and ``replicated_from`` are the entry's.
+* ``__brokerPublishTime`` and ``__index`` come from the entry's broker entry metadata (null without it): the
+  broker's time is the entry's; the index is the member's own, counted back from the entry's (which is that
+  of its last message), as Pulsar's ``Message.getIndex``.
 
 Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush`.
 """
@@ -99,6 +102,8 @@ class RowBuilder:
         self._ledgers: list[int] = []
         self._entries: list[int] = []
         self._indexes: list[int] = []
+        self._broker_times: list = []
+        self._entry_indexes: list = []
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> int:
         """Adds the rows of one stored entry; returns how many.
@@ -123,9 +128,13 @@ class RowBuilder:
             payload = decompress(md.compression, payload, md.uncompressed_size)
         prefix = _id_prefix(ledger_id, entry_id, self.partition)
         replicated = md.replicated_from if md.HasField("replicated_from") else None
+        bem = parsed.broker_entry_metadata
+        broker_time = bem.broker_timestamp * 1000 if bem is not None and bem.HasField("broker_timestamp") else None
+        index = bem.index if bem is not None and bem.HasField("index") else None
         if md.HasField("num_messages_in_batch"):
-            n = self._add_batch(prefix, md, payload)
+            n = self._add_batch(prefix, md, payload, index)
             if n:
+                self._broker_times.extend(repeat(broker_time, n))
                 self._publish.extend(repeat(md.publish_time * 1000, n))
                 self._producers.extend(repeat(md.producer_name, n))
                 self._replicated.extend(repeat(replicated, n))
@@ -144,6 +153,8 @@ class RowBuilder:
         self._prop_offsets.append(len(self._prop_keys))
         self._sequences.append(md.sequence_id)
         self._indexes.append(-1)
+        self._broker_times.append(broker_time)
+        self._entry_indexes.append(index)
         self._publish.append(md.publish_time * 1000)
         self._producers.append(md.producer_name)
         self._replicated.append(replicated)
@@ -152,7 +163,7 @@ class RowBuilder:
         self.rows += 1
         return 1
 
-    def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
+    def _add_batch(self, prefix: bytes, md, payload: bytes, last_index: int | None) -> int:
         count = md.num_messages_in_batch
         items = split_batch(payload, count)
         indexes = range(count)
@@ -169,6 +180,10 @@ class RowBuilder:
         self._sequences.extend([sm.sequence_id if sm.HasField("sequence_id") else base_sequence + i
                                 for i, sm in zip(indexes, metas)])
         self._indexes.extend(indexes)
+        if last_index is None:
+            self._entry_indexes.extend(repeat(None, len(metas)))
+        else:
+            self._entry_indexes.extend([last_index - count + 1 + i for i in indexes])
         prop_keys, prop_values, prop_offsets = self._prop_keys, self._prop_values, self._prop_offsets
         for sm in metas:
             props = sm.properties
@@ -198,6 +213,8 @@ class RowBuilder:
             pa.array(self._ledgers, pa.int64()),
             pa.array(self._entries, pa.int64()),
             pa.array(self._indexes, pa.int32()),
+            pa.array(self._broker_times, _TIMESTAMP),
+            pa.array(self._entry_indexes, pa.int64()),
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

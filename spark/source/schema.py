@@ -21,6 +21,10 @@ column                      type                         meaning
 ``__ledgerId``              long
 ``__entryId``               long
 ``__batchIndex``            int                          -1 for a non-batched entry, else index in batch
+``__brokerPublishTime``     timestamp, nullable          when this region's broker stored the entry (broker
+                                                         entry metadata; null for entries stored without it)
+``__index``                 long, nullable               the message's broker entry index in this region's
+                                                         copy of the topic (null when stored without one)
 ==========================  ===========================  ===================================================
 """
 
@@ -49,6 +53,8 @@ _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
     ("__ledgerId", "bigint", pa.int64(), False),
     ("__entryId", "bigint", pa.int64(), False),
     ("__batchIndex", "int", pa.int32(), False),
+    ("__brokerPublishTime", "timestamp", _TIMESTAMP, True),
+    ("__index", "bigint", pa.int64(), True),
 )
 
 COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)
