@@ -34,7 +34,9 @@ The checks, each a DataFrame of violations with ``topic``, ``origin``, ``region`
 * ``stray``: a copy in a region outside the message's expected regions.
 
 Delays: for each message, each remote copy's arrival minus the origin copy's arrival, per direction
-(origin → region). Arrival is ``__brokerPublishTime`` when the input has it, else ``__publishTime``.
+(origin → region). Arrival is the broker's time (``__brokerPublishTime``: when that region's broker stored
+the copy, from its broker entry metadata) when both copies have one, else ``__publishTime`` (the producer's
+time, which a replicated copy keeps from its origin: such a delay is 0).
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def prepare(df: DataFrame) -> tuple[DataFrame, str]:
         F.col(C.BATCH_INDEX).cast("int").alias("batch"),
         packed.alias("pos"),
         F.unix_micros(arrival_col).alias("arrival_us"),
+        (F.unix_micros(F.col(C.BROKER_PUBLISH_TIME)) if arrival == C.BROKER_PUBLISH_TIME
+         else F.lit(None).cast("long")).alias("broker_us"),
+        F.unix_micros(F.col(C.PUBLISH_TIME)).alias("publish_us"),
         digest.alias("hash"),
         *optional,
     )
@@ -165,12 +170,14 @@ def _per_copy(prepared: DataFrame) -> DataFrame:
         F.min("hash").alias("hash_min"),
         F.max("hash").alias("hash_max"),
         F.min("arrival_us").alias("arrival_us"),
+        F.min("broker_us").alias("broker_us"),
+        F.min("publish_us").alias("publish_us"),
         *_replicate_to(has_rt),
     )
     return grouped.select(
         *ID, "region", "copies", "first_key", _position(F.col("first_key"), F.col("batch")).alias("first_pos"),
         _position(F.col("last_key"), F.col("batch")).alias("last_pos"), "hash_min", "hash_max", "arrival_us",
-        F.col("rt") if has_rt else F.lit(None).cast(ArrayType(StringType())).alias("rt"))
+        "broker_us", "publish_us", F.col("rt") if has_rt else F.lit(None).cast(ArrayType(StringType())).alias("rt"))
 
 
 def _expected_regions(topic_regions: Column, rt: Column, origin: Column) -> Column:
@@ -181,7 +188,8 @@ def _expected_regions(topic_regions: Column, rt: Column, origin: Column) -> Colu
 
 
 def _per_message(per_copy: DataFrame, expected: Column, default_regions: Sequence[str], has_rt: bool) -> DataFrame:
-    copy = F.struct(F.col("region"), F.col("hash_min"), F.col("hash_max"), F.col("arrival_us"), F.col("first_key"))
+    copy = F.struct(F.col("region"), F.col("hash_min"), F.col("hash_max"), F.col("arrival_us"), F.col("first_key"),
+                    F.col("broker_us"), F.col("publish_us"))
     default = F.array(*[F.lit(r) for r in sorted(set(default_regions))]).cast(ArrayType(StringType()))
     grouped = per_copy.groupBy(*ID).agg(F.collect_list(copy).alias("copies"), *_replicate_to(has_rt))
     if not has_rt:
@@ -270,10 +278,14 @@ def _delays(per_message: DataFrame) -> DataFrame:
     copies, origin = F.col("copies"), F.col("origin")
     at_origin = _origin_copy(copies, origin)
     remote = F.filter(copies, lambda c: c["region"] != origin)
-    return per_message.where(at_origin.isNotNull()).select(
-        "topic", "origin", at_origin["arrival_us"].alias("origin_us"), F.explode(remote).alias("c"),
-    ).select("topic", "origin", F.col("c.region").alias("region"),
-             ((F.col("c.arrival_us") - F.col("origin_us")) / 1000.0).alias("delay_ms"))
+    pairs = per_message.where(at_origin.isNotNull()).select(
+        "topic", "origin", at_origin.alias("o"), F.explode(remote).alias("c"))
+    # the brokers' clocks when both copies carry one (remote broker time - origin broker time), else the
+    # producer's publish time (which the copy keeps: 0), never one of each
+    both = F.col("c.broker_us").isNotNull() & F.col("o.broker_us").isNotNull()
+    delay_us = F.when(both, F.col("c.broker_us") - F.col("o.broker_us")) \
+        .otherwise(F.col("c.publish_us") - F.col("o.publish_us"))
+    return pairs.select("topic", "origin", F.col("c.region").alias("region"), (delay_us / 1000.0).alias("delay_ms"))
 
 
 def delay_stats(delays: DataFrame, by: Sequence[str]) -> DataFrame:

@@ -11,6 +11,10 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   message's id; a member's key, properties, event time and sequence id are its own
   (``SingleMessageMetadata``), the sequence id defaulting to the entry's plus the index as pulsar-client
   assigns them; producer name, publish time, ``replicated_from`` and ``replicate_to`` are the entry's.
+  assigns them; producer name, publish time and ``replicated_from`` are the entry's.
+* ``__brokerPublishTime`` and ``__index`` come from the entry's broker entry metadata (null without it): the
+  broker's time is the entry's; the index is the member's own, counted back from the entry's (which is that
+  of its last message), as Pulsar's ``Message.getIndex``.
 
 Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush`.
 """
@@ -105,6 +109,8 @@ class RowBuilder:
         self._indexes: list[int] = []
         self._rt_offsets: list[int] = [0]
         self._rt_values: list[str] = []
+        self._broker_times: list = []
+        self._entry_indexes: list = []
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> int:
         """Adds the rows of one stored entry; returns how many.
@@ -129,10 +135,14 @@ class RowBuilder:
             payload = decompress(md.compression, payload, md.uncompressed_size)
         prefix = _id_prefix(ledger_id, entry_id, self.partition)
         replicated = md.replicated_from if md.HasField("replicated_from") else None
+        bem = parsed.broker_entry_metadata
+        broker_time = bem.broker_timestamp * 1000 if bem is not None and bem.HasField("broker_timestamp") else None
+        index = bem.index if bem is not None and bem.HasField("index") else None
         if md.HasField("num_messages_in_batch"):
-            n = self._add_batch(prefix, md, payload)
+            n = self._add_batch(prefix, md, payload, index)
             if n:
                 self._add_replicate_to(md.replicate_to, n)
+                self._broker_times.extend(repeat(broker_time, n))
                 self._publish.extend(repeat(md.publish_time * 1000, n))
                 self._producers.extend(repeat(md.producer_name, n))
                 self._replicated.extend(repeat(replicated, n))
@@ -151,6 +161,8 @@ class RowBuilder:
         self._prop_offsets.append(len(self._prop_keys))
         self._sequences.append(md.sequence_id)
         self._indexes.append(-1)
+        self._broker_times.append(broker_time)
+        self._entry_indexes.append(index)
         self._publish.append(md.publish_time * 1000)
         self._producers.append(md.producer_name)
         self._replicated.append(replicated)
@@ -171,6 +183,7 @@ class RowBuilder:
             offsets.append(len(self._rt_values))
 
     def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
+    def _add_batch(self, prefix: bytes, md, payload: bytes, last_index: int | None) -> int:
         count = md.num_messages_in_batch
         items = split_batch(payload, count)
         indexes = range(count)
@@ -187,6 +200,10 @@ class RowBuilder:
         self._sequences.extend([sm.sequence_id if sm.HasField("sequence_id") else base_sequence + i
                                 for i, sm in zip(indexes, metas)])
         self._indexes.extend(indexes)
+        if last_index is None:
+            self._entry_indexes.extend(repeat(None, len(metas)))
+        else:
+            self._entry_indexes.extend([last_index - count + 1 + i for i in indexes])
         prop_keys, prop_values, prop_offsets = self._prop_keys, self._prop_values, self._prop_offsets
         for sm in metas:
             props = sm.properties
@@ -218,6 +235,8 @@ class RowBuilder:
             pa.array(self._indexes, pa.int32()),
             pa.ListArray.from_arrays(pa.array(self._rt_offsets, pa.int32()), pa.array(self._rt_values, pa.string()),
                                      type=_CLUSTERS),
+            pa.array(self._broker_times, _TIMESTAMP),
+            pa.array(self._entry_indexes, pa.int64()),
         ]
         if self._decoder is not None:
             columns[:1] = self._value_columns()

@@ -24,6 +24,10 @@ column                      type                         meaning
 ``__replicateTo``           array<string>                the message's own ``replicate_to`` (pulsar-client's
                                                          ``replication_clusters``; ``disable_replication``
                                                          sends ``["__local__"]``), empty when unset
+``__brokerPublishTime``     timestamp, nullable          when this region's broker stored the entry (broker
+                                                         entry metadata; null for entries stored without it)
+``__index``                 long, nullable               the message's broker entry index in this region's
+                                                         copy of the topic (null when stored without one)
 ==========================  ===========================  ===================================================
 """
 
@@ -54,6 +58,8 @@ _COLUMNS: tuple[tuple[str, str, pa.DataType, bool], ...] = (
     ("__entryId", "bigint", pa.int64(), False),
     ("__batchIndex", "int", pa.int32(), False),
     ("__replicateTo", "array<string>", _CLUSTERS, False),
+    ("__brokerPublishTime", "timestamp", _TIMESTAMP, True),
+    ("__index", "bigint", pa.int64(), True),
 )
 
 COLUMNS: tuple[str, ...] = tuple(name for name, *_ in _COLUMNS)

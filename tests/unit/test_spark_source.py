@@ -32,7 +32,8 @@ def test_arrow_schema_is_what_spark_expects_of_the_declared_schema() -> None:
     assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
     assert list(COLUMNS) == ["value", "__key", "__topic", "__messageId", "__publishTime", "__eventTime",
                              "__messageProperties", "__region", "__producerName", "__sequenceId", "__replicatedFrom",
-                             "__ledgerId", "__entryId", "__batchIndex", "__replicateTo"]
+                             "__ledgerId", "__entryId", "__batchIndex", "__replicateTo", "__brokerPublishTime",
+                             "__index"]
 
 
 # ------------------------------------------------------------------------------------------ message ids
