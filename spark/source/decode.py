@@ -182,7 +182,6 @@ class RowBuilder:
             self._rt_values.extend(names)
             offsets.append(len(self._rt_values))
 
-    def _add_batch(self, prefix: bytes, md, payload: bytes) -> int:
     def _add_batch(self, prefix: bytes, md, payload: bytes, last_index: int | None) -> int:
         count = md.num_messages_in_batch
         items = split_batch(payload, count)
