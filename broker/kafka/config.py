@@ -75,6 +75,8 @@ class KafkaConfig:
             (a wildcard or empty host replaced by the broker's ``advertised_host``).
         tenant, namespace: where a short Kafka topic name lives (``orders`` is
             ``persistent://<tenant>/<namespace>/orders``); a full Pulsar topic name is accepted as it is.
+        allow_auto_create_topics: a Metadata or Produce request naming a missing topic creates it (Kafka's
+            ``auto.create.topics.enable``); off: UNKNOWN_TOPIC_OR_PARTITION.
         num_partitions: partitions of a topic auto-created by a Kafka Metadata or Produce request (Kafka's
             ``num.partitions``), created as a Pulsar partitioned topic.
         max_request_size_bytes: a larger request frame closes the connection (Kafka ``socket.request.max.bytes``).
@@ -88,6 +90,7 @@ class KafkaConfig:
     advertised_listeners: str = ""
     tenant: str = "public"
     namespace: str = "default"
+    allow_auto_create_topics: bool = True
     num_partitions: int = 1
     max_request_size_bytes: int = 100 * _MiB
     max_in_flight_requests: int = 64

@@ -1,0 +1,3 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs."""
+
+HANDLERS: dict = {}
