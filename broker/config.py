@@ -261,7 +261,9 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
 
     def kafka_config(self) -> KafkaConfig:
         """The ``kafka_*`` settings as the Kafka listener's :class:`~broker.kafka.config.KafkaConfig`."""
-        return derive(KafkaConfig, self, prefix="kafka_", renames={"advertised_host": "advertised_host"})
+        return derive(KafkaConfig, self, prefix="kafka_", renames={
+            "advertised_host": "advertised_host", "max_partitions_per_topic": "max_partitions_per_topic",
+            "max_message_size_bytes": "max_message_size_bytes"})
 
     def effective_broker_id(self, http_port: int) -> str:
         """The configured id, or ``advertised_host:http_port`` (Pulsar's lookup service address)."""

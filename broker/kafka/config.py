@@ -83,7 +83,8 @@ class KafkaConfig:
         max_in_flight_requests: requests one connection may have in progress before the broker stops reading
             from it (back-pressure; answers stay in request order).
         fetch_max_wait_ms: the longest a Fetch long poll is held, whatever the client asks.
-        advertised_host: filled by the broker process (not a broker.toml key of its own).
+        advertised_host, max_partitions_per_topic, max_message_size_bytes: the broker's settings of these names
+            (not ``kafka_`` keys of their own).
     """
 
     listeners: str = ""
@@ -96,6 +97,8 @@ class KafkaConfig:
     max_in_flight_requests: int = 64
     fetch_max_wait_ms: int = 30_000
     advertised_host: str = "127.0.0.1"
+    max_partitions_per_topic: int = 4096
+    max_message_size_bytes: int = 5 * _MiB
 
     @property
     def enabled(self) -> bool:
