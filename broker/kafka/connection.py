@@ -50,6 +50,7 @@ class KafkaConnection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.principal: Optional[str] = None  # set by SASL authentication
         self.sasl_mechanism: Optional[str] = None
+        self.state: dict[str, Any] = {}  # handler families' per-connection state (the producer identity)
         self.closed = False
         self.close_reason = ""
         self._slots: collections.deque[asyncio.Future] = collections.deque()
