@@ -225,3 +225,51 @@ def test_an_idempotent_producers_retried_batch_is_stored_once(kafka_brokers) -> 
         assert [r.value for r in got] == [b"a", b"x0", b"x1", b"x2"]
 
     asyncio.run(scenario())
+
+
+def test_fetch_long_poll_waits_for_max_wait_and_wakes_on_a_new_record(kafka_brokers) -> None:
+    from aiokafka import AIOKafkaClient
+    from aiokafka.protocol.fetch import FetchRequest
+
+    servers = bootstrap(kafka_brokers)
+
+    async def scenario() -> tuple[float, float, list]:
+        producer = AIOKafkaProducer(bootstrap_servers=servers)
+        await producer.start()
+        client = AIOKafkaClient(bootstrap_servers=servers)
+        await client.bootstrap()
+        try:
+            first = await producer.send_and_wait("polled", b"first")
+            client.add_topic("polled")
+            await client.force_metadata_update()
+            leader = client.cluster.leader_for_partition(TopicPartition("polled", 0))
+
+            def request(wait_ms: int):  # noqa: ANN202
+                return FetchRequest(wait_ms, 1, 1 << 20, 0, [("polled", [(0, first.offset + 1, 1 << 20)])])
+
+            started = time.monotonic()
+            empty = await client.send(leader, request(1500))
+            idle_s = time.monotonic() - started
+            assert empty.topics[0][1][0][-1] == b""  # nothing new: answered empty after max_wait
+
+            started = time.monotonic()
+            poll = asyncio.create_task(client.send(leader, request(20_000)))
+            await asyncio.sleep(0.5)  # the fetch is parked before the record arrives (not a settle: the test's point)
+            await producer.send_and_wait("polled", b"second")
+            answer = await asyncio.wait_for(poll, 15)
+            woke_s = time.monotonic() - started
+            from aiokafka.record.memory_records import MemoryRecords
+
+            records = MemoryRecords(answer.topics[0][1][0][-1])
+            values = []
+            while records.has_next():
+                values.extend((r.offset, r.value) for r in records.next_batch())
+            return idle_s, woke_s, values
+        finally:
+            await producer.stop()
+            await client.close()
+
+    idle_s, woke_s, values = asyncio.run(scenario())
+    assert 1.4 <= idle_s < 5
+    assert woke_s < 5  # woken by the append, long before the 20 s max wait
+    assert values == [(1, b"second")]
