@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from config_store.errors import MetadataError as StoreError
 from config_store.errors import NodeExistsError, NotFoundError
+from magnetar.errors import MagnetarError
 from magnetar.topic_name import TopicName
 
 from . import names
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.kafka.topics")
 
 
-class NotLeaderError(Exception):
+class NotLeaderError(MagnetarError):
     """This broker does not own the partition (the client refreshes its metadata)."""
 
 

@@ -183,7 +183,7 @@ async def describe_configs(server: Any, request: Any, ctx: Any) -> Any:
     return make(request.RESPONSE_TYPE, {"throttle_time_ms": 0, "resources": resources})
 
 
-class _Refused(Exception):
+class _Refused(MagnetarError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
