@@ -9,6 +9,7 @@ non-partitioned topic with a managed ledger (one Kafka partition). Auto-creation
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from config_store.errors import MetadataError as StoreError
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.kafka.topics")
 
+_COUNT_CACHE_S = 5.0
+_COUNT_CACHE_MAX = 10_000
+
 
 class NotLeaderError(MagnetarError):
     """This broker does not own the partition (the client refreshes its metadata)."""
@@ -33,6 +37,7 @@ class KafkaTopics:
     def __init__(self, service: "BrokerService", config: KafkaConfig) -> None:
         self.service = service
         self.config = config
+        self._counts: dict[str, tuple[float, int]] = {}  # topic -> (read at, partition count)
 
     def resolve(self, kafka_topic: str) -> TopicName:
         """Raises InvalidTopicNameError."""
@@ -41,14 +46,32 @@ class KafkaTopics:
     def kafka_name(self, topic: TopicName) -> str:
         return names.kafka_name(topic, tenant=self.config.tenant, namespace=self.config.namespace)
 
-    async def partitions(self, topic: TopicName) -> Optional[int]:
-        """Pulsar's partition count (0: non-partitioned), None when the topic does not exist."""
+    async def partitions(self, topic: TopicName, *, at_least: int = 0, fresh: bool = False) -> Optional[int]:
+        """Pulsar's partition count (0: non-partitioned), None when the topic does not exist.
+
+        Counts of existing topics are cached for ``_COUNT_CACHE_S`` (Produce and Fetch ask on every request;
+        a count only grows): a request for partition ``at_least`` or above reads the store again, as does
+        ``fresh`` (Metadata, admin requests: what clients plan with is read from the store)."""
+        key = str(topic)
+        cached = self._counts.get(key)
+        now = time.monotonic()
+        if not fresh and cached is not None and now - cached[0] < _COUNT_CACHE_S and at_least < max(cached[1], 1):
+            return cached[1]
         count = await self.service.partitions_of(topic)
-        if count:
-            return count
-        if str(topic) in self.service.topics() or await self.service.ml_factory.exists(topic.path):
-            return 0
-        return None
+        if not count:
+            if key in self.service.topics() or await self.service.ml_factory.exists(topic.path):
+                count = 0
+            else:
+                self._counts.pop(key, None)
+                return None
+        if len(self._counts) >= _COUNT_CACHE_MAX:
+            self._counts.pop(next(iter(self._counts)))
+        self._counts[key] = (now, count)
+        return count
+
+    def forget(self, topic: TopicName) -> None:
+        """Drops the cached count (the topic was deleted or grown here)."""
+        self._counts.pop(str(topic), None)
 
     async def create(self, topic: TopicName, partitions: int) -> bool:
         """Creates a partitioned topic; False when it exists already.
@@ -66,9 +89,9 @@ class KafkaTopics:
         log.info("[%s] created with %d partition(s) through Kafka", topic, partitions)
         return True
 
-    async def ensure(self, topic: TopicName, *, create: bool) -> Optional[int]:
+    async def ensure(self, topic: TopicName, *, create: bool, at_least: int = 0, fresh: bool = False) -> Optional[int]:
         """The partition count, creating the topic when it is missing and ``create`` (and auto-creation) allow."""
-        count = await self.partitions(topic)
+        count = await self.partitions(topic, at_least=at_least, fresh=fresh)
         if count is not None or not create or not self.config.allow_auto_create_topics:
             return count
         try:
@@ -76,7 +99,7 @@ class KafkaTopics:
         except (NotFoundError, StoreError) as exc:
             log.info("[%s] not auto-created: %s", topic, exc)
             return None
-        return await self.partitions(topic)
+        return await self.partitions(topic, fresh=True)
 
     async def allowed(self, ctx: Any, topic: TopicName, action: str) -> bool:
         """Whether the connection's principal may ``action`` (produce, consume, lookup, admin) on ``topic``:

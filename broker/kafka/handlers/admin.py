@@ -70,7 +70,7 @@ async def _create_one(server: Any, ctx: Any, name: str, item: dict, validate_onl
         return _error(name, ErrorCode.INVALID_CONFIG,
                       f"topic configs ({keys}) are not supported: use namespace or topic policies")
     try:
-        if await server.topics.partitions(topic) is not None:
+        if await server.topics.partitions(topic, fresh=True) is not None:
             return _error(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic} already exists")
         if validate_only:
             return _error(name, ErrorCode.NONE)
@@ -95,7 +95,7 @@ async def _delete_one(server: Any, ctx: Any, name: str) -> int:
         topic = server.topics.resolve(name)
         if not await server.topics.allowed(ctx, topic, "admin"):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        count = await server.topics.partitions(topic)
+        count = await server.topics.partitions(topic, fresh=True)
     except InvalidTopicNameError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     except MagnetarError:
@@ -111,6 +111,7 @@ async def _delete_one(server: Any, ctx: Any, name: str) -> int:
     except Exception as exc:  # the admin API unreachable
         log.warning("delete of %s failed: %s", topic, exc)
         return ErrorCode.UNKNOWN_SERVER_ERROR
+    server.topics.forget(topic)
     log.info("[%s] deleted through Kafka", topic)
     return ErrorCode.NONE
 
@@ -131,7 +132,7 @@ async def _grow_one(server: Any, ctx: Any, name: str, count: int, assignment: An
         topic = server.topics.resolve(name)
         if not await server.topics.allowed(ctx, topic, "admin"):
             return _error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not administer it")
-        current = await server.topics.partitions(topic)
+        current = await server.topics.partitions(topic, fresh=True)
     except InvalidTopicNameError as exc:
         return _error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc))
     except MagnetarError as exc:
@@ -150,6 +151,7 @@ async def _grow_one(server: Any, ctx: Any, name: str, count: int, assignment: An
         return _error(name, ErrorCode.NONE)
     try:
         await admin_calls(server).call("POST", f"{topic.rest_path}/partitions", count)
+        server.topics.forget(topic)
     except AdminCallError as exc:
         code = ErrorCode.INVALID_PARTITIONS if exc.status == 409 else ErrorCode.UNKNOWN_SERVER_ERROR
         return _error(name, code, exc.message)
@@ -193,7 +195,7 @@ class _Refused(MagnetarError):
 async def _topic_configs(server: Any, name: str) -> dict[str, str]:
     try:
         topic = server.topics.resolve(name)
-        count = await server.topics.partitions(topic)
+        count = await server.topics.partitions(topic, fresh=True)
     except InvalidTopicNameError as exc:
         raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
     if count is None:

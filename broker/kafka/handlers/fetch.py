@@ -120,7 +120,7 @@ async def _open(server: Any, ctx: Any, read: _Read, cursors: dict) -> None:
         if not await server.topics.allowed(ctx, topic_name, "consume"):
             read.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             return
-        count = await server.topics.partitions(topic_name)
+        count = await server.topics.partitions(topic_name, at_least=read.index)
         pulsar_topic = names.partition_topic(topic_name, count, read.index) if count is not None else None
         if pulsar_topic is None:
             read.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

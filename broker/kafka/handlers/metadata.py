@@ -37,7 +37,7 @@ async def metadata(server: Any, request: Any, ctx: Any) -> Any:
         "throttle_time_ms": 0,
         "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes],
         "cluster_id": server.cluster_name,
-        "controller_id": server.node_id,
+        "controller_id": min((n.node_id for n in nodes), default=server.node_id),  # the same on every broker
         "topics": answers,
     })
 
@@ -68,7 +68,7 @@ async def _topic(server: Any, name: str, auto_create: bool, by_http: dict, ctx: 
     try:
         if not await server.topics.allowed(ctx, topic, "lookup"):
             return _topic_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        count = await server.topics.ensure(topic, create=auto_create)
+        count = await server.topics.ensure(topic, create=auto_create, fresh=True)
     except MagnetarError as exc:
         log.info("metadata of %s: %s", topic, exc)
         return _topic_error(name, ErrorCode.LEADER_NOT_AVAILABLE)

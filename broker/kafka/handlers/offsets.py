@@ -50,7 +50,7 @@ async def _one(server: Any, ctx: Any, name: str, index: int, timestamp: int) -> 
         topic_name = server.topics.resolve(name)
         if not await server.topics.allowed(ctx, topic_name, "consume"):
             return _answer(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        count = await server.topics.partitions(topic_name)
+        count = await server.topics.partitions(topic_name, at_least=index)
         pulsar_topic = names.partition_topic(topic_name, count, index) if count is not None else None
         if pulsar_topic is None:
             return _answer(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -134,7 +134,7 @@ async def _produce_partition(server: Any, ctx: Any, name: str, index: int, data:
         topic_name = server.topics.resolve(name)
         if not await server.topics.allowed(ctx, topic_name, "produce"):
             return _result(name, index, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not produce")
-        count = await server.topics.ensure(topic_name, create=True)
+        count = await server.topics.ensure(topic_name, create=True, at_least=index)
         if count is None:
             return _result(name, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
         pulsar_topic = names.partition_topic(topic_name, count, index)
