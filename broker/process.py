@@ -257,7 +257,7 @@ class BrokerProcess:
             groups = GroupCoordinator(self.service, kafka_config)
         self.kafka = KafkaServer(self.service, kafka_config, broker_id=self.broker_id, cluster=self.config.cluster,
                                  registry=self.ownership.registry, http_session=self.client_credentials.http_session,
-                                 admin_url=self.http_url, groups=groups)
+                                 admin_url=self.http_url, groups=groups, metrics_registry=self.registry)
         try:
             await self.kafka.start()
         except OSError as e:

@@ -84,6 +84,13 @@ class ErrorCode(enum.IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
 
 
+API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+             10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+             15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics",
+             20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 32: "DescribeConfigs",
+             36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups"}
+
+
 class FrameError(MagnetarError, ValueError):
     """A request that cannot be answered: the connection is closed (nothing was changed)."""
 

@@ -14,9 +14,12 @@ import logging
 from typing import TYPE_CHECKING, Any, Optional
 
 from aiokafka.protocol.admin import ApiVersionResponse_v0
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from broker import metrics_names as names
 
 from .cluster import ClusterView, Node, format_listeners, node_id_of
-from .codec import API_VERSIONS_KEY, ErrorCode, FrameError, RequestHeader
+from .codec import API_NAMES, API_VERSIONS_KEY, ErrorCode, FrameError, RequestHeader
 from .config import KafkaConfig, KafkaListener
 from .connection import KafkaConnection
 from .context import RequestContext
@@ -36,7 +39,8 @@ class KafkaServer:
     """Serves Kafka's protocol for one broker. ``await start()``, ``await close()`` (idempotent)."""
 
     def __init__(self, service: "BrokerService", config: KafkaConfig, *, broker_id: str, cluster: str,
-                 registry: Any, http_session: Any = None, admin_url: str = "", groups: Any = None) -> None:
+                 registry: Any, http_session: Any = None, admin_url: str = "", groups: Any = None,
+                 metrics_registry: Optional[CollectorRegistry] = None) -> None:
         self.service = service
         self.config = config
         self.broker_id = broker_id
@@ -53,6 +57,12 @@ class KafkaServer:
         self._connections: set[KafkaConnection] = set()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        metrics = metrics_registry if metrics_registry is not None else CollectorRegistry()
+        self._m_connections = Gauge(names.KAFKA_CONNECTIONS, "Open Kafka client connections", registry=metrics)
+        self._m_connections.set_function(lambda: len(self._connections))
+        self._m_requests = Counter(names.KAFKA_REQUESTS, "Kafka requests handled, by API", ["api"], registry=metrics)
+        self._m_refused = Counter(names.KAFKA_REFUSED, "Kafka frames refused (malformed, unknown API or version, "
+                                  "oversized, before authentication): each closed its connection", registry=metrics)
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -127,6 +137,8 @@ class KafkaServer:
             self._tasks.add(task)
         try:
             await conn.serve()
+            if conn.close_reason:
+                self._m_refused.inc()
         except Exception:
             log.exception("[%s] connection failed", conn.peer)
         finally:
@@ -155,6 +167,7 @@ class KafkaServer:
 
     async def dispatch(self, header: RequestHeader, request: Any, ctx: RequestContext) -> Optional[Any]:
         key, version = header.api_key, header.api_version
+        self._m_requests.labels(API_NAMES.get(key, str(key))).inc()
         conn = ctx.extra.get("connection")
         if conn is not None and conn.listener_name == "SASL_PLAINTEXT" and conn.principal is None \
                 and key not in UNAUTHENTICATED_KEYS:

@@ -119,3 +119,9 @@ def test_aiokafka_works_after_bad_input(broker) -> None:
             await admin.close()
 
     assert "orde" not in asyncio.run(topics())
+    with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=30) as response:
+        metrics = response.read().decode()
+    refused = next(float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith("magnetar_broker_kafka_refused_requests_total "))
+    assert refused >= len(BAD_FRAMES)
+    assert 'magnetar_broker_kafka_requests_total{api="Metadata"}' in metrics
