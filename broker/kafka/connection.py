@@ -10,8 +10,9 @@ at an unknown version is answered by the dispatcher instead). Decoded requests r
 poll does not hold up a Metadata behind it, but answers leave strictly in request order (Kafka clients match
 answers to requests by order as well as correlation id): each request takes a slot in ``_slots`` and the
 writer loop writes slots from the head as they complete. A request without an answer (Produce with acks=0)
-completes its slot with nothing. A refused frame stops reading; requests already in progress get up to
-two seconds to be answered (in order) before the socket closes. At most ``max_in_flight_requests`` requests are in progress; beyond that the
+completes its slot with nothing. A refused frame, or the client closing its side, stops reading; requests
+already read get up to two seconds to finish (a Produce with acks=0 sent just before the client closed is
+stored, as Kafka does) and are answered in order if the socket still takes it. At most ``max_in_flight_requests`` requests are in progress; beyond that the
 reader stops reading (TCP back-pressure). A handler that raises closes the connection (logged); the broker
 and every other connection go on.
 """
@@ -77,11 +78,12 @@ class KafkaConnection:
         try:
             await self._read_loop()
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+            pass  # the client left: what it sent is still carried out (a Produce with acks=0 before closing)
         except FrameError as exc:
             self.close_reason = str(exc)
             log.info("[%s] closing: %s", self.peer, exc)
-            if self._tasks:  # the requests before the refused frame are answered first (briefly)
+        try:
+            if self._tasks:  # requests already read finish (and are answered in order, if anyone listens)
                 await asyncio.wait(set(self._tasks), timeout=_DRAIN_GRACE_S)
         finally:
             await self.close()

@@ -127,9 +127,20 @@ class KafkaTopics:
     async def local(self, pulsar_topic: str) -> Any:
         """The topic as served here.
 
+        An unowned topic is acquired here when the lookup's rules pick this broker: Metadata may have named
+        this broker the leader of a bundle nobody owned yet (a lookup elsewhere chose it, as a Pulsar lookup
+        redirects), and the client's first request is where it takes the bundle, as the end of a Pulsar
+        redirect does (an authoritative lookup).
+
         Raises:
-            NotLeaderError: another broker owns it (or nobody yet).
+            NotLeaderError: another broker owns it.
         """
-        if not await self.service.ownership.is_owned_by_me(pulsar_topic):
-            raise NotLeaderError(pulsar_topic)
+        ownership = self.service.ownership
+        if not await ownership.is_owned_by_me(pulsar_topic):
+            try:
+                result = await ownership.lookup(pulsar_topic, authoritative=True)
+            except MagnetarError as exc:
+                raise NotLeaderError(f"{pulsar_topic}: {exc}") from None
+            if not result.is_self:
+                raise NotLeaderError(pulsar_topic)
         return await self.service.get_topic(pulsar_topic, create=True)

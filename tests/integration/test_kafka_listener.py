@@ -91,3 +91,4 @@ def test_admin_client_creates_describes_grows_and_deletes_topics(kafka_brokers) 
     with urllib.request.urlopen(f"{first.http_url}/admin/v2/persistent/public/default/invoices/partitions",
                                 timeout=30) as response:
         assert json.loads(response.read())["partitions"] == 5
+

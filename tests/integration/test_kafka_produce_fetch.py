@@ -273,3 +273,40 @@ def test_fetch_long_poll_waits_for_max_wait_and_wakes_on_a_new_record(kafka_brok
     assert 1.4 <= idle_s < 5
     assert woke_s < 5  # woken by the append, long before the 20 s max wait
     assert values == [(1, b"second")]
+
+
+def test_acks_zero_and_a_seek_into_the_middle_of_a_batch(kafka_brokers) -> None:
+    """acks=0 gets no answer and stores everything; a consumer seeking to an offset inside a stored batch (one
+    entry of many records) starts at that record."""
+    servers = bootstrap(kafka_brokers)
+
+    async def scenario() -> tuple[list, list]:
+        producer = AIOKafkaProducer(bootstrap_servers=servers, acks=0, linger_ms=50)
+        await producer.start()
+        try:
+            for i in range(8):
+                await producer.send("batched", f"b{i}".encode())  # one linger window: one batch, one entry
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition("batched", 0)
+            consumer.assign([tp])
+            deadline = time.monotonic() + 30
+            while (await consumer.end_offsets([tp]))[tp] < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)  # acks=0: nothing tells the producer when the records are stored
+            consumer.seek(tp, 5)
+            middle = [(r.offset, r.value) for r in (await consumer.getmany(tp, timeout_ms=5000))[tp]]
+            await consumer.seek_to_beginning(tp)
+            everything = []
+            while len(everything) < 8 and time.monotonic() < deadline:
+                everything.extend(r.value for r in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []))
+            return middle, everything
+        finally:
+            await consumer.stop()
+
+    middle, everything = asyncio.run(scenario())
+    assert everything == [f"b{i}".encode() for i in range(8)]
+    assert middle[0] == (5, b"b5") and [o for o, _ in middle] == [5, 6, 7]

@@ -134,3 +134,32 @@ def test_frames_of_a_size_out_of_bounds_close_the_connection(prefix: bytes) -> N
         return data
 
     assert asyncio.run(scenario()) == b""
+
+
+def test_requests_read_before_the_client_closes_are_still_carried_out() -> None:
+    """Regression: a Produce with acks=0 followed at once by the client closing its socket was cancelled."""
+    async def scenario() -> list[int]:
+        handled: list[int] = []
+        gate = asyncio.Event()
+
+        async def dispatch(header, request, ctx):
+            await gate.wait()  # still in progress when the client is gone
+            handled.append(header.correlation_id)
+            return None
+
+        server, port, connections = await serve(dispatch)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(1, ["t"]) + frame(2, ["t"]))
+        await writer.drain()
+        writer.close()
+        async with asyncio.timeout(10):
+            while not connections or len(connections[0]._tasks) < 2:
+                await asyncio.sleep(0.01)
+        gate.set()
+        async with asyncio.timeout(10):
+            while not connections[0].closed or connections[0]._tasks:
+                await asyncio.sleep(0.01)
+        server.close()
+        return handled
+
+    assert asyncio.run(scenario()) == [1, 2]
