@@ -1,0 +1,244 @@
+"""The Kafka group coordinator on a real broker service (in-memory managed ledger, and real ZooKeeper +
+bookies): aiokafka's own request structs in, response structs out, as the Kafka listener hands them over.
+
+What must hold: members join, get the leader's assignment, learn of rebalances by heartbeat; a silent member
+is removed after its session; committed offsets (with their metadata) survive the coordination topic's
+unload and a broker restart on the same storage, and show as a subscription named after the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka.protocol.commit import OffsetCommitRequest_v3, OffsetFetchRequest_v1, OffsetFetchRequest_v3
+from aiokafka.protocol.coordination import FindCoordinatorRequest_v0, FindCoordinatorRequest_v1
+from aiokafka.protocol.group import (HeartbeatRequest_v1, JoinGroupRequest_v0, JoinGroupRequest_v2,
+                                     LeaveGroupRequest_v1, SyncGroupRequest_v1)
+from aiokafka.protocol.admin import DeleteGroupsRequest_v1, DescribeGroupsRequest_v2, ListGroupsRequest_v1
+
+from broker.kafka.config import KafkaConfig
+from broker.kafka.context import RequestContext
+from broker.kafka.groups import GroupCoordinator
+from broker.kafka.groups import errors as E
+from broker.kafka.groups.placement import coordination_partition, coordination_topic
+from broker.kafka.groups.state import GroupLimits
+from broker.ownership_api import SelfOwnership
+from tests.kit.broker_thread import broker, storage  # noqa: F401  (fixtures)
+from tests.kit.wait import wait_for_async
+
+CONFIG = KafkaConfig(listeners="PLAINTEXT://127.0.0.1:19092")
+
+
+def ctx(client_id: str = "app") -> RequestContext:
+    return RequestContext(client_id=client_id, principal=None, correlation_id=1, api_version=0,
+                          listener_name="PLAINTEXT", peer="127.0.0.1:40000")
+
+
+async def call(coordinator: GroupCoordinator, request, client_id: str = "app"):
+    return await coordinator.handle(request.API_KEY, request.API_VERSION, request, ctx(client_id))
+
+
+def start_coordinator(broker, **kwargs) -> GroupCoordinator:
+    async def make():
+        c = GroupCoordinator(broker.service, CONFIG, limits=GroupLimits(min_session_timeout_ms=200), **kwargs)
+        await c.start()
+        return c
+    return broker.run(make)
+
+
+def join_request(group: str, member_id: str = "", *, session_ms: int = 10_000, metadata: bytes = b"meta"):
+    return JoinGroupRequest_v2(group, session_ms, 30_000, member_id, "consumer", [("range", metadata)])
+
+
+def test_find_coordinator_answers_this_brokers_kafka_address(broker):
+    c = start_coordinator(broker)
+    try:
+        r0 = broker.run(call, c, FindCoordinatorRequest_v0("orders-app"))
+        r1 = broker.run(call, c, FindCoordinatorRequest_v1("orders-app", 0))
+        assert (r0.error_code, r0.host, r0.port) == (E.NONE, "127.0.0.1", 19092)
+        assert (r1.error_code, r1.host, r1.port, r1.coordinator_id) == (E.NONE, "127.0.0.1", 19092, r0.coordinator_id)
+        assert broker.run(call, c, FindCoordinatorRequest_v1("orders-app", 1)).error_code == E.COORDINATOR_NOT_AVAILABLE
+        assert broker.run(call, c, FindCoordinatorRequest_v0("")).error_code == E.INVALID_GROUP_ID
+    finally:
+        broker.run(c.close)
+
+
+def test_two_members_rebalance_and_share_the_leaders_assignment(broker):
+    c = start_coordinator(broker)
+    try:
+        async def scenario():
+            first = await call(c, join_request("g1"), "a")
+            assert first.error_code == E.NONE and first.leader_id == first.member_id
+            sync = await call(c, SyncGroupRequest_v1("g1", first.generation_id, first.member_id,
+                                                     [(first.member_id, b"all")]))
+            assert (sync.error_code, sync.member_assignment) == (E.NONE, b"all")
+            # a second member raises the barrier: the first learns it by heartbeat and rejoins
+            second_join = asyncio.ensure_future(call(c, join_request("g1"), "b"))
+            await wait_for_async(lambda: c.groups["g1"].state.value == "PreparingRebalance", 5)
+            hb = await call(c, HeartbeatRequest_v1("g1", first.generation_id, first.member_id))
+            assert hb.error_code == E.REBALANCE_IN_PROGRESS
+            again = await call(c, join_request("g1", first.member_id), "a")
+            second = await second_join
+            assert again.generation_id == second.generation_id == first.generation_id + 1
+            assert again.leader_id == first.member_id and {m for m, _ in again.members} == {
+                first.member_id, second.member_id}
+            follower = asyncio.ensure_future(call(c, SyncGroupRequest_v1("g1", second.generation_id,
+                                                                         second.member_id, [])))
+            leader = await call(c, SyncGroupRequest_v1("g1", again.generation_id, again.member_id,
+                                                       [(again.member_id, b"p0"), (second.member_id, b"p1")]))
+            assert (leader.member_assignment, (await follower).member_assignment) == (b"p0", b"p1")
+            assert (await call(c, HeartbeatRequest_v1("g1", first.generation_id, first.member_id))).error_code \
+                == E.ILLEGAL_GENERATION
+            assert (await call(c, HeartbeatRequest_v1("g1", again.generation_id, "nobody"))).error_code \
+                == E.UNKNOWN_MEMBER_ID
+            described = (await call(c, DescribeGroupsRequest_v2(["g1"]))).groups[0]
+            assert described[2] == "Stable" and described[4] == "range"
+            assert {m[0]: m[4] for m in described[5]} == {again.member_id: b"p0", second.member_id: b"p1"}
+            # leaving: the other member is told to rejoin, and leads the next generation alone
+            assert (await call(c, LeaveGroupRequest_v1("g1", second.member_id))).error_code == E.NONE
+            hb = await call(c, HeartbeatRequest_v1("g1", again.generation_id, again.member_id))
+            assert hb.error_code == E.REBALANCE_IN_PROGRESS
+            alone = await call(c, join_request("g1", again.member_id), "a")
+            assert alone.leader_id == again.member_id and len(alone.members) == 1
+            listed = await call(c, ListGroupsRequest_v1())
+            assert ("g1", "consumer") in listed.groups
+        broker.run(scenario)
+    finally:
+        broker.run(c.close)
+
+
+def test_a_silent_member_is_removed_after_its_session(broker):
+    c = start_coordinator(broker)
+    try:
+        async def scenario():
+            a = await call(c, join_request("g2", session_ms=400), "a")
+            await call(c, SyncGroupRequest_v1("g2", a.generation_id, a.member_id, []))
+            await wait_for_async(lambda: not c.groups["g2"].members, 10, what="the silent member expired")
+            assert c.groups["g2"].state.value == "Empty"
+            assert (await call(c, HeartbeatRequest_v1("g2", a.generation_id, a.member_id))).error_code \
+                == E.UNKNOWN_MEMBER_ID
+        broker.run(scenario)
+    finally:
+        broker.run(c.close)
+
+
+def test_close_answers_a_waiting_join(broker):
+    """Regression: close() once hung, its deadline task swallowing the cancellation (wait_for woken by the
+    answers close() gives at the same moment)."""
+    c = start_coordinator(broker)
+
+    async def scenario():
+        a = await call(c, join_request("g3"), "a")
+        await call(c, SyncGroupRequest_v1("g3", a.generation_id, a.member_id, []))
+        waiting = asyncio.ensure_future(call(c, join_request("g3"), "b"))  # waits for a to rejoin
+        await wait_for_async(lambda: c.groups["g3"].state.value == "PreparingRebalance", 5)
+        await c.close()
+        assert (await waiting).error_code == E.NOT_COORDINATOR
+        assert (await call(c, HeartbeatRequest_v1("g3", 1, a.member_id))).error_code == E.COORDINATOR_NOT_AVAILABLE
+    broker.run(scenario)
+
+
+COMMIT = [("orders", [(0, 42, "first ✓ checkpoint"), (1, 7, "")]), ("persistent://public/default/x", [(0, 0, "z")])]
+
+
+def test_committed_offsets_survive_unload_and_restart(broker):
+    c = start_coordinator(broker)
+    group_topic = coordination_topic("public", "default", coordination_partition("billing", c.partitions))
+    try:
+        r = broker.run(call, c, OffsetCommitRequest_v3("billing", -1, "", -1, COMMIT))
+        assert [(t, sorted(ps)) for t, ps in r.topics] == [("orders", [(0, E.NONE), (1, E.NONE)]),
+                                                            ("persistent://public/default/x", [(0, E.NONE)])]
+        fetched = broker.run(call, c, OffsetFetchRequest_v3("billing", [("orders", [0, 1, 2])]))
+        assert fetched.error_code == E.NONE
+        assert fetched.topics == [("orders", [(0, 42, "first ✓ checkpoint", 0), (1, 7, "", 0), (2, -1, "", 0)])]
+        # the group is a subscription of its coordination topic, in the topic's stats
+        assert "billing" in broker.stats(group_topic)["subscriptions"]
+        assert broker.run(broker.service.unload_topic, group_topic)
+        fetched = broker.run(call, c, OffsetFetchRequest_v1("billing", [("orders", [0])]))
+        assert fetched.topics == [("orders", [(0, 42, "first ✓ checkpoint", 0)])]
+    finally:
+        broker.run(c.close)
+    broker.restart_service()  # topics unloaded, a new service on the same storage
+    c = start_coordinator(broker)
+    try:
+        everything = broker.run(call, c, OffsetFetchRequest_v3("billing", None))
+        assert sorted((t, sorted(ps)) for t, ps in everything.topics) == [
+            ("orders", [(0, 42, "first ✓ checkpoint", 0), (1, 7, "", 0)]),
+            ("persistent://public/default/x", [(0, 0, "z", 0)])]
+        described = broker.run(call, c, DescribeGroupsRequest_v2(["billing", "never-seen"])).groups
+        assert [(g[1], g[2]) for g in described] == [("billing", "Empty"), ("never-seen", "Dead")]
+        assert ("billing", "") in broker.run(call, c, ListGroupsRequest_v1()).groups
+        deleted = broker.run(call, c, DeleteGroupsRequest_v1(["billing", "never-seen"]))
+        assert deleted.results == [("billing", E.NONE), ("never-seen", E.GROUP_ID_NOT_FOUND)]
+        assert broker.run(call, c, OffsetFetchRequest_v3("billing", None)).topics == []
+        assert "billing" not in broker.stats(group_topic)["subscriptions"]
+    finally:
+        broker.run(c.close)
+
+
+def test_commits_are_checked_against_the_group(broker):
+    c = start_coordinator(broker)
+    try:
+        async def scenario():
+            a = await call(c, join_request("g4"), "a")
+            # CompletingRebalance: the leader has not synced yet
+            r = await call(c, OffsetCommitRequest_v3("g4", a.generation_id, a.member_id, -1, [("t", [(0, 1, "")])]))
+            assert r.topics == [("t", [(0, E.REBALANCE_IN_PROGRESS)])]
+            await call(c, SyncGroupRequest_v1("g4", a.generation_id, a.member_id, []))
+            stale = await call(c, OffsetCommitRequest_v3("g4", a.generation_id - 1, a.member_id, -1,
+                                                          [("t", [(0, 1, "")])]))
+            assert stale.topics == [("t", [(0, E.ILLEGAL_GENERATION)])]
+            big = await call(c, OffsetCommitRequest_v3("g4", a.generation_id, a.member_id, -1,
+                                                        [("t", [(0, 1, "x" * 5000), (1, 2, "ok")])]))
+            assert big.topics == [("t", [(0, E.OFFSET_METADATA_TOO_LARGE), (1, E.NONE)])]
+            fetched = await call(c, OffsetFetchRequest_v3("g4", [("t", [0, 1])]))
+            assert fetched.topics == [("t", [(0, -1, "", 0), (1, 2, "ok", 0)])]  # the refused one stored nothing
+            no_group = await call(c, OffsetCommitRequest_v3("g-none", 3, "m", -1, [("t", [(0, 1, "")])]))
+            assert no_group.topics == [("t", [(0, E.ILLEGAL_GENERATION)])]
+        broker.run(scenario)
+    finally:
+        broker.run(c.close)
+
+
+class _Elsewhere(SelfOwnership):
+    """Ownership of a broker that owns nothing (every group is coordinated by another broker)."""
+
+    async def is_owned_by_me(self, topic: str) -> bool:
+        return False
+
+
+def test_not_coordinator_when_another_broker_owns_the_group(broker):
+    c = start_coordinator(broker)
+    try:
+        async def scenario():
+            a = await call(c, join_request("g5"), "a")
+            assert a.error_code == E.NONE
+            mine = broker.service.ownership
+            broker.service.ownership = _Elsewhere(mine.broker_service_url)
+            try:
+                assert (await call(c, HeartbeatRequest_v1("g5", a.generation_id, a.member_id))).error_code \
+                    == E.NOT_COORDINATOR
+                assert "g5" not in c.groups  # forgotten: its members rejoin at the new coordinator
+                r = await call(c, OffsetCommitRequest_v3("g5", -1, "", -1, [("t", [(0, 1, "")])]))
+                assert r.topics == [("t", [(0, E.NOT_COORDINATOR)])]
+                assert (await call(c, OffsetFetchRequest_v3("g5", None))).error_code == E.NOT_COORDINATOR
+                assert (await call(c, JoinGroupRequest_v0("g5", 10_000, "", "consumer", [("range", b"")]))).error_code \
+                    == E.NOT_COORDINATOR
+            finally:
+                broker.service.ownership = mine
+        broker.run(scenario)
+    finally:
+        broker.run(c.close)
+
+
+def test_versions_served_match_aiokafka():
+    from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+    from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
+
+    versions = GroupCoordinator(None, CONFIG).supported_versions()
+    for request in (OffsetCommitRequest("g", -1, "", -1, []), OffsetFetchRequest("g", None),
+                    JoinGroupRequest("g", 10_000, 30_000, "", "", "consumer", [("range", b"")]),
+                    SyncGroupRequest("g", 1, "m", "", []), HeartbeatRequest("g", 1, "m"), LeaveGroupRequest("g", "m")):
+        built = request.prepare(versions)  # raises when aiokafka has no struct in the range
+        assert versions[built.API_KEY][0] <= built.API_VERSION <= versions[built.API_KEY][1]
