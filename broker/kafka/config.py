@@ -75,24 +75,30 @@ class KafkaConfig:
             (a wildcard or empty host replaced by the broker's ``advertised_host``).
         tenant, namespace: where a short Kafka topic name lives (``orders`` is
             ``persistent://<tenant>/<namespace>/orders``); a full Pulsar topic name is accepted as it is.
+        allow_auto_create_topics: a Metadata or Produce request naming a missing topic creates it (Kafka's
+            ``auto.create.topics.enable``); off: UNKNOWN_TOPIC_OR_PARTITION.
         num_partitions: partitions of a topic auto-created by a Kafka Metadata or Produce request (Kafka's
             ``num.partitions``), created as a Pulsar partitioned topic.
         max_request_size_bytes: a larger request frame closes the connection (Kafka ``socket.request.max.bytes``).
         max_in_flight_requests: requests one connection may have in progress before the broker stops reading
             from it (back-pressure; answers stay in request order).
         fetch_max_wait_ms: the longest a Fetch long poll is held, whatever the client asks.
-        advertised_host: filled by the broker process (not a broker.toml key of its own).
+        advertised_host, max_partitions_per_topic, max_message_size_bytes: the broker's settings of these names
+            (not ``kafka_`` keys of their own).
     """
 
     listeners: str = ""
     advertised_listeners: str = ""
     tenant: str = "public"
     namespace: str = "default"
+    allow_auto_create_topics: bool = True
     num_partitions: int = 1
     max_request_size_bytes: int = 100 * _MiB
     max_in_flight_requests: int = 64
     fetch_max_wait_ms: int = 30_000
     advertised_host: str = "127.0.0.1"
+    max_partitions_per_topic: int = 4096
+    max_message_size_bytes: int = 5 * _MiB
 
     @property
     def enabled(self) -> bool:
