@@ -27,7 +27,8 @@ from . import errors as E
 from .admin import GroupAdmin
 from .mirror import mirror_commits
 from .offsets import METADATA_MAX_BYTES, OffsetStore
-from .placement import DEFAULT_OFFSETS_PARTITIONS, KafkaNode, coordination_partition, coordination_topic, node_id_for
+from .nodes import NodeLocator
+from .placement import DEFAULT_OFFSETS_PARTITIONS, KafkaNode, coordination_partition, coordination_topic
 from .state import Group, GroupLimits, GroupState, JoinResult, Reply, SyncResult
 
 if TYPE_CHECKING:
@@ -91,9 +92,9 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.store = OffsetStore()
         self.admin = GroupAdmin(self)
-        # Wiring the listener may replace: this broker's Kafka address on a listener, and another broker's.
-        self.self_node: Callable[[str], Optional[KafkaNode]] = self._configured_self_node
-        self.remote_node: Callable[["LookupResult", str], Awaitable[Optional[KafkaNode]]] = _unknown_remote
+        # FindCoordinator's answer for an ownership lookup (replaceable: tests, another registry).
+        self.locate_node: Callable[["LookupResult", str], Awaitable[Optional[KafkaNode]]] = \
+            NodeLocator(service, kafka_config).locate
         self._tokens = itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
         self._sweeper: Optional[asyncio.Task] = None
@@ -197,15 +198,6 @@ class GroupCoordinator:
         for group_id in [g for g in self.groups if self.topic_of(g) == name]:
             self._deliver(self.groups.pop(group_id).unload())
 
-    def _configured_self_node(self, listener_name: str) -> Optional[KafkaNode]:
-        listeners = self.config.advertised() or self.config.bound_listeners()
-        chosen = next((entry for entry in listeners if entry.name == (listener_name or "").upper()), None)
-        chosen = chosen or (listeners[0] if listeners else None)
-        if chosen is None or not chosen.port:
-            return None
-        host = chosen.host if chosen.host not in ("", "0.0.0.0", "::") else self.config.advertised_host
-        return KafkaNode(node_id_for(self.service.service_url), host, chosen.port)
-
     async def _find_coordinator(self, request: Any, ctx: Any) -> Any:
         version = type(request).API_VERSION
         key = request.consumer_group if version == 0 else request.coordinator_key
@@ -219,7 +211,7 @@ class GroupCoordinator:
         try:
             found = await self.service.ownership.lookup(self.topic_of(key))
             listener = getattr(ctx, "listener_name", "") or ""
-            node = self.self_node(listener) if found.is_self else await self.remote_node(found, listener)
+            node = await self.locate_node(found, listener)
         except Exception as exc:
             log.warning("finding the coordinator of group %r failed: %s", key, exc)
         if node is None:
@@ -394,10 +386,3 @@ class GroupCoordinator:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
-
-
-async def _unknown_remote(lookup: "LookupResult", listener_name: str) -> Optional[KafkaNode]:
-    """Until brokers register their Kafka addresses, another broker's is unknown (the listener wires this)."""
-    log.warning("the Kafka address of broker %s is unknown: FindCoordinator answers COORDINATOR_NOT_AVAILABLE",
-                lookup.broker_service_url)
-    return None
