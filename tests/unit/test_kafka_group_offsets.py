@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from broker.kafka.groups.offsets import METADATA_MAX_BYTES, decode_offsets, encode_offsets, mirror_target
+from broker.kafka.groups.offsets import METADATA_MAX_BYTES, decode_offsets, encode_offsets
 from broker.kafka.groups.placement import (coordination_partition, group_of_subscription, java_string_hash,
                                            subscription_name)
 
@@ -59,9 +59,3 @@ def test_subscription_names_round_trip_and_have_no_slash(group):
 
 def test_plain_group_ids_are_their_own_subscription_name():
     assert subscription_name("orders-app_1.v2~x") == "orders-app_1.v2~x"
-
-
-def test_mirror_target():
-    assert mirror_target(-1, 10) is None
-    assert mirror_target(3, 10) == "index"
-    assert mirror_target(10, 10) == "end" and mirror_target(11, 10) == "end"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from .offsets import mirror_target
 from .placement import subscription_name
 
 log = logging.getLogger("broker.kafka.groups")
@@ -47,14 +46,17 @@ async def mirror_commits(service: Any, kafka_config: Any, group_id: str,
 
 async def _mirror_one(topic: Any, group_id: str, offset: int) -> int:
     ml = topic.ml
-    find = getattr(ml, "find_position_by_index", None)
-    next_index = getattr(ml, "next_index", None)
-    if find is None or next_index is None:
-        return 0  # no broker entry metadata: Kafka offsets cannot be placed
-    target = mirror_target(offset, next_index)
-    if target is None:
-        return 0
-    start = ml.next_position(ml.last_confirmed_position) if target == "end" else await find(offset)
+    if offset < 0 or not getattr(ml, "index_enabled", False):
+        return 0  # nothing committed yet, or no broker entry index: Kafka offsets cannot be placed
+    try:
+        # an offset at or past the end gives the tail: mark-delete then covers the last entry
+        start = await ml.find_position_by_index(min(offset, ml.next_index))
+    except Exception as exc:
+        from broker.managed_ledger.errors import IndexTrimmedError
+
+        if not isinstance(exc, IndexTrimmedError):
+            raise
+        start = ml.first_position()  # below what is retained: everything retained is still to read
     sub = await topic.ensure_subscription(subscription_name(group_id))
     cursor = sub.cursor
     if ml.next_position(cursor.mark_delete_position) != start:

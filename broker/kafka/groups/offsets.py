@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.kafka.groups")
 
-__all__ = ["Committed", "encode_offsets", "decode_offsets", "METADATA_MAX_BYTES", "OffsetStore", "mirror_target"]
+__all__ = ["Committed", "encode_offsets", "decode_offsets", "METADATA_MAX_BYTES", "OffsetStore"]
 
 Committed = dict[tuple[str, int], tuple[int, str]]  # (topic, partition) -> (offset, metadata)
 METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
@@ -74,15 +74,6 @@ def decode_offsets(props: Mapping[str, int]) -> Committed:
                 metadata = data.decode("utf-8", errors="replace")
         committed[(topic, p)] = (int(value), metadata)
     return committed
-
-
-def mirror_target(committed_offset: int, next_index: int) -> Optional[str]:
-    """How a partition's subscription follows a commit of ``committed_offset`` (the next offset the group
-    reads): "end" when it is at or past the partition's end (mark-delete the last entry), "index" when an
-    entry holds it (mark-delete the entry before that one), None for a negative offset (nothing to mirror)."""
-    if committed_offset < 0:
-        return None
-    return "end" if committed_offset >= next_index else "index"
 
 
 class OffsetStore:
