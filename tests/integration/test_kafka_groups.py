@@ -242,3 +242,58 @@ def test_versions_served_match_aiokafka():
                     SyncGroupRequest("g", 1, "m", "", []), HeartbeatRequest("g", 1, "m"), LeaveGroupRequest("g", "m")):
         built = request.prepare(versions)  # raises when aiokafka has no struct in the range
         assert versions[built.API_KEY][0] <= built.API_VERSION <= versions[built.API_KEY][1]
+
+
+def _garbage(field, rng):
+    """A random value of an aiokafka wire type, as a decoder could hand it over (nulls, extremes, junk)."""
+    from aiokafka.protocol import types as T
+
+    if isinstance(field, T.Schema):
+        return tuple(_garbage(f, rng) for f in field.fields)
+    if isinstance(field, T.Array):
+        return rng.choice([None, [], [_garbage(field.array_of, rng) for _ in range(rng.randint(1, 3))]])
+    if isinstance(field, T.String):
+        return rng.choice([None, "", "g", "x" * 5000, "ü/|%\x00", "orders"])
+    if field is T.Bytes or isinstance(field, T.Bytes):
+        return rng.choice([None, b"", b"\xff" * 100])
+    if field is T.Boolean:
+        return rng.choice([True, False])
+    bits = {T.Int8: 8, T.Int16: 16, T.Int32: 32, T.Int64: 64}[field]
+    return rng.choice([-1, 0, 1, 2 ** (bits - 1) - 1, -(2 ** (bits - 1)), 10_000 % 2 ** (bits - 1)])
+
+
+def test_random_well_framed_requests_get_answers_and_break_nothing(broker):
+    """Any request a Kafka decoder can produce (nulls, extremes, unknown members, huge strings) is answered
+    with an encodable response of its version, and the coordinator serves a group normally afterwards."""
+    import random
+
+    from broker.kafka.groups.coordinator import SUPPORTED_VERSIONS
+    from aiokafka.protocol import admin, commit, coordination, group
+
+    modules = (admin, commit, coordination, group)
+    classes = {}
+    for module in modules:
+        for value in vars(module).values():
+            key = getattr(value, "API_KEY", None)
+            if isinstance(value, type) and hasattr(value, "RESPONSE_TYPE") and key in SUPPORTED_VERSIONS:
+                low, high = SUPPORTED_VERSIONS[key]
+                if low <= value.API_VERSION <= high:
+                    classes[(key, value.API_VERSION)] = value
+    assert len(classes) == sum(high - low + 1 for low, high in SUPPORTED_VERSIONS.values())
+    c = start_coordinator(broker)
+    rng = random.Random(17)
+    print("seed 17")
+    try:
+        async def scenario():
+            for (key, version), cls in sorted(classes.items()):
+                for _ in range(25):
+                    struct = cls(*[_garbage(f, rng) for f in cls.SCHEMA.fields])
+                    request = cls.decode(struct.encode())  # what the listener's decoder hands over
+                    response = await c.handle(key, version, request, ctx())
+                    assert type(response) is cls.RESPONSE_TYPE
+                    response.encode()  # writable on the wire
+            ok = await call(c, join_request("after-garbage"))
+            assert ok.error_code == E.NONE
+        broker.run(scenario, timeout_s=120)
+    finally:
+        broker.run(c.close)

@@ -33,9 +33,10 @@ class GroupAdmin:
 
         version = type(request).API_VERSION
         if api_key == 8:
-            return respond(request, topics=[(t, [(p[0], error) for p in ps]) for t, ps in request.topics or []])
+            return respond(request, topics=[(t, [(p[0], error) for p in ps or []]) for t, ps in request.topics or []])
         if api_key == 9:
-            topics = [(t, [(p, -1, "", error) for p in ps]) for t, ps in request.topics or []] if version < 2 else []
+            topics = [(t, [(p, -1, "", error) for p in ps or []]) for t, ps in request.topics or []] \
+                if version < 2 else []
             return respond(request, topics=topics, error_code=error)
         if api_key == 15:
             return respond(request, groups=[(error, g, "", "", "", []) for g in request.groups or []])

@@ -313,7 +313,7 @@ class GroupCoordinator:
         group_id = request.consumer_group
         generation = request.consumer_group_generation_id if version >= 1 else -1
         member_id = request.consumer_id if version >= 1 else ""
-        topics = [(t, list(ps)) for t, ps in (request.topics or [])]
+        topics = [(t, list(ps or [])) for t, ps in (request.topics or [])]
         error, topic = await self.coordination_topic(group_id)
         if error == E.NONE:
             group = self.groups.get(group_id)
@@ -328,6 +328,8 @@ class GroupCoordinator:
                 partition, offset, metadata = p[0], p[1], p[-1] or ""
                 if error != E.NONE:
                     results[(t, partition)] = error
+                elif not t or partition < 0:
+                    results[(t, partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
                 elif len(metadata.encode("utf-8")) > METADATA_MAX_BYTES:
                     results[(t, partition)] = E.OFFSET_METADATA_TOO_LARGE
                 else:
@@ -353,7 +355,7 @@ class GroupCoordinator:
     async def _offset_fetch(self, request: Any, ctx: Any) -> Any:
         version = type(request).API_VERSION
         error, topic = await self.coordination_topic(request.consumer_group)
-        wanted = None if request.topics is None else [(t, list(ps)) for t, ps in request.topics]
+        wanted = None if request.topics is None else [(t, list(ps or [])) for t, ps in request.topics]
         if error != E.NONE:
             if version < 2:  # no top-level error code before v2: every partition carries it
                 return respond(request, topics=[(t, [(p, -1, "", error) for p in ps]) for t, ps in wanted or []])
