@@ -101,6 +101,7 @@ def test_two_members_rebalance_and_share_the_leaders_assignment(broker):
             assert hb.error_code == E.REBALANCE_IN_PROGRESS
             alone = await call(c, join_request("g1", again.member_id), "a")
             assert alone.leader_id == again.member_id and len(alone.members) == 1
+            await call(c, SyncGroupRequest_v1("g1", alone.generation_id, alone.member_id, []))
             listed = await call(c, ListGroupsRequest_v1())
             assert ("g1", "consumer") in listed.groups
         broker.run(scenario)
@@ -114,8 +115,9 @@ def test_a_silent_member_is_removed_after_its_session(broker):
         async def scenario():
             a = await call(c, join_request("g2", session_ms=400), "a")
             await call(c, SyncGroupRequest_v1("g2", a.generation_id, a.member_id, []))
-            await wait_for_async(lambda: not c.groups["g2"].members, 10, what="the silent member expired")
-            assert c.groups["g2"].state.value == "Empty"
+            await wait_for_async(lambda: "g2" not in c.groups, 10, what="the silent member expired")
+            described = (await call(c, DescribeGroupsRequest_v2(["g2"]))).groups[0]
+            assert described[2] == "Dead" and described[5] == []  # no members, no stored offsets: forgotten
             assert (await call(c, HeartbeatRequest_v1("g2", a.generation_id, a.member_id))).error_code \
                 == E.UNKNOWN_MEMBER_ID
         broker.run(scenario)

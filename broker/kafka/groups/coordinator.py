@@ -229,6 +229,13 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id, self.limits)
         return group
 
+    def _prune(self, group_id: str) -> None:
+        """An Empty group is forgotten here (its stored offsets stay): memory holds only groups with members,
+        as Kafka drops an empty group from its cache; the next JoinGroup starts it again at generation 0."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state in (GroupState.EMPTY, GroupState.DEAD) and not group.members:
+            del self.groups[group_id]
+
     def _wait(self) -> tuple[int, asyncio.Future]:
         token = next(self._tokens)
         fut = asyncio.get_running_loop().create_future()
@@ -264,6 +271,7 @@ class GroupCoordinator:
             protocol_type=request.protocol_type or "", protocols=request.group_protocols or [],
             now_ms=self.clock_ms())
         self._deliver(replies)
+        self._prune(request.group)  # a new group whose first JoinGroup was refused
         return self._join_response(request, await self._answer(token, fut))
 
     @staticmethod
@@ -304,6 +312,7 @@ class GroupCoordinator:
             else:
                 error, replies = group.leave(request.member_id, now_ms=self.clock_ms())
                 self._deliver(replies)
+                self._prune(request.group)
         return respond(request, error_code=error)
 
     # ------------------------------------------------------------------------------------------ offsets
@@ -377,10 +386,11 @@ class GroupCoordinator:
         while self.state is CoordinatorState.RUNNING:
             self._wake.clear()
             now = self.clock_ms()
-            for group in list(self.groups.values()):
+            for group_id, group in list(self.groups.items()):
                 deadline = group.next_deadline_ms()
                 if deadline is not None and deadline <= now:
                     self._deliver(group.expire(now))
+                    self._prune(group_id)
             self._wake.clear()
             deadlines = [d for d in (g.next_deadline_ms() for g in self.groups.values()) if d is not None]
             timeout = None if not deadlines else max(0.0, (min(deadlines) - self.clock_ms()) / 1000)
