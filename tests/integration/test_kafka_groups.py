@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from aiokafka.protocol.commit import OffsetCommitRequest_v3, OffsetFetchRequest_v1, OffsetFetchRequest_v3
 from aiokafka.protocol.coordination import FindCoordinatorRequest_v0, FindCoordinatorRequest_v1
 from aiokafka.protocol.group import (HeartbeatRequest_v1, JoinGroupRequest_v0, JoinGroupRequest_v2,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.kafka.groups import errors as E
