@@ -182,6 +182,8 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     managed_ledger_max_ledger_rollover_time_ms: int = 4 * 3600 * 1000
     managed_ledger_cursor_persist_interval_ms: int = 1000
     default_namespace_bundles: int = 4
+    broker_entry_metadata_interceptors: tuple[str, ...] = ("timestamp", "index")
+    exposing_broker_entry_metadata_to_client_enabled: bool = False
     deduplication_enabled: bool = False
     delayed_delivery_enabled: bool = True
     delayed_delivery_tick_time_ms: int = 0
@@ -320,6 +322,11 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
         self._validate_rate_limits()
         self._validate_load_balancer()
         self.kafka_config().validate()
+        from broker.managed_ledger.interceptor import parse_interceptor_names  # lazily: it loads the protocol
+        try:
+            parse_interceptor_names(self.broker_entry_metadata_interceptors)
+        except ValueError as e:
+            raise ConfigError(f"broker_entry_metadata_interceptors: {e}") from None
         self.validate_security()
         if self.shutdown_grace_ms < 0:
             raise ConfigError(f"shutdown_grace_ms must not be negative, not {self.shutdown_grace_ms}")

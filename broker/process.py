@@ -70,7 +70,8 @@ _UNLOAD_CONCURRENCY = 32
 # setting added to both flows with no code here. Only the names that differ are listed.
 _SERVICE_RENAMES = {"host": "bind_host", "advertised_address": "advertised_host"}
 _QUORUM_RENAMES = {"write_quorum_size": "managed_ledger_write_quorum", "ack_quorum_size": "managed_ledger_ack_quorum"}
-_MANAGED_LEDGER_RENAMES = {**_QUORUM_RENAMES, "max_size_per_ledger_bytes": "managed_ledger_max_ledger_size_bytes"}
+_MANAGED_LEDGER_RENAMES = {**_QUORUM_RENAMES, "max_size_per_ledger_bytes": "managed_ledger_max_ledger_size_bytes",
+                           "broker_entry_metadata_interceptors": "broker_entry_metadata_interceptors"}
 _REPLICATION_RENAMES = {"snapshot_interval_s": "replicated_subscriptions_snapshot_interval_ms",
                         "snapshot_timeout_s": "replicated_subscriptions_snapshot_timeout_ms"}
 

@@ -10,7 +10,8 @@ from . import api
 from .api import Entry, InitialPosition, ManagedCursor, ManagedLedger, Position
 from .config import ManagedLedgerConfig
 from .cursor import CursorState, ManagedCursorImpl
-from .errors import (CursorNotFoundError, EntryTooLargeError, InvalidCursorPositionError, ManagedLedgerClosedError,
+from .errors import (CursorNotFoundError, EntryTooLargeError, IndexBeyondEndError, IndexNotEnabledError,
+                     IndexOutOfRangeError, IndexTrimmedError, InvalidCursorPositionError, ManagedLedgerClosedError,
                      ManagedLedgerError, ManagedLedgerFencedError, ManagedLedgerMetadataError,
                      ManagedLedgerNotFoundError, ManagedLedgerReadError, ManagedLedgerWriteError)
 from .factory import ManagedLedgerFactory
@@ -22,5 +23,6 @@ __all__ = [
     "ManagedLedgerConfig", "ManagedLedgerImpl", "ManagedCursorImpl", "LedgerState", "CursorState", "RangeSet",
     "ManagedLedgerError", "ManagedLedgerFencedError", "ManagedLedgerClosedError", "ManagedLedgerWriteError",
     "ManagedLedgerReadError", "ManagedLedgerMetadataError", "ManagedLedgerNotFoundError", "CursorNotFoundError",
-    "InvalidCursorPositionError", "EntryTooLargeError",
+    "InvalidCursorPositionError", "EntryTooLargeError", "IndexNotEnabledError", "IndexOutOfRangeError",
+    "IndexBeyondEndError", "IndexTrimmedError",
 ]

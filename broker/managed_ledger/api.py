@@ -18,6 +18,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
+from .errors import IndexNotEnabledError
 from .errors import ManagedLedgerError  # noqa: F401  (the root the interfaces raise, defined in errors.py)
 
 
@@ -165,6 +166,20 @@ class ManagedLedger(abc.ABC):
     @abc.abstractmethod
     async def find_position_by_publish_time(self, timestamp_ms: int, publish_time_of) -> Position:
         """The first entry whose publish time (``publish_time_of(entry_bytes)``) is >= timestamp_ms."""
+
+    @property
+    def next_index(self) -> int:
+        """The broker entry index the next appended message gets (messages are numbered from 0 over the whole
+        managed ledger; an entry stores the index of its last message). Read it just before
+        ``add_entry_nowait`` to know that entry's base index. IndexNotEnabledError when the managed ledger
+        adds no index (this default: test doubles); ``ManagedLedgerImpl`` documents the rest."""
+        raise IndexNotEnabledError(f"[{getattr(self, 'name', '?')}] this managed ledger adds no broker entry index")
+
+    async def find_position_by_index(self, index: int) -> Position:
+        """The position of the entry holding message ``index`` (the first entry whose stored index is
+        ``>= index``); see ``ManagedLedgerImpl.find_position_by_index`` for the end and trimmed cases. This
+        default raises IndexNotEnabledError."""
+        raise IndexNotEnabledError(f"[{getattr(self, 'name', '?')}] this managed ledger adds no broker entry index")
 
     @property
     @abc.abstractmethod

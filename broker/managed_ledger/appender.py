@@ -9,8 +9,9 @@ meanwhile wait in ``_queued`` and go to the new ledger in order. So positions ar
 Any write failure (the ledger fenced by another broker's recovery, bookies gone) fails every pending and
 queued add with a clear error and moves to FENCED, where adds fail at once: entries after the failure point
 may or may not be stored, and only a reopen (which recovers the ledger) establishes a well-defined end. A
-failure to *create* a ledger is different: nothing was written, the queued adds fail (retriable) and the
-next add tries again (NO_LEDGER).
+failure to *create* a ledger is different: nothing was written, the queued adds fail (retriable), the owner
+hears of them (``on_unsent_failed``, so it can give their broker entry indexes out again) and the next add
+tries again (NO_LEDGER).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ class AppendState(enum.Enum):
 
 
 class _Add:
-    __slots__ = ("data", "future", "ledger_id", "wfut")
+    __slots__ = ("data", "future", "ledger_id", "wfut", "tag")
 
-    def __init__(self, data: bytes, future: asyncio.Future) -> None:
+    def __init__(self, data: bytes, future: asyncio.Future, tag: object = None) -> None:
         self.data = data
         self.future = future
+        self.tag = tag
         self.ledger_id = -1
         self.wfut: Optional[asyncio.Future] = None
 
@@ -66,18 +68,22 @@ class AppendPipeline:
         on_confirmed: ``[(position, data), ...]`` confirmed, in order (called once per batch of completions).
         on_ledger_closed: a full ledger was closed by a rollover (its writer, now read-only).
         on_rolled_over: a new ledger is in use (trimming may free the old ones).
+        on_unsent_failed: ``[tag, ...]`` of queued adds that failed without being sent to any ledger (no
+            ledger could be created), in append order; they are the last adds made.
     """
 
     def __init__(self, name: str, config: ManagedLedgerConfig, *,
                  create_ledger: Callable[[], Awaitable[WriteHandle]],
                  on_confirmed: Callable[[list[tuple[Position, bytes]]], None],
-                 on_ledger_closed: Callable[[WriteHandle], None], on_rolled_over: Callable[[], None]) -> None:
+                 on_ledger_closed: Callable[[WriteHandle], None], on_rolled_over: Callable[[], None],
+                 on_unsent_failed: Callable[[list], None] = lambda tags: None) -> None:
         self._name = name
         self._config = config
         self._create_ledger = create_ledger
         self._on_confirmed = on_confirmed
         self._on_ledger_closed = on_ledger_closed
         self._on_rolled_over = on_rolled_over
+        self._on_unsent_failed = on_unsent_failed
         self.state = AppendState.NO_LEDGER
         self.error: Optional[ManagedLedgerError] = None
         self.writer: Optional[WriteHandle] = None
@@ -107,12 +113,12 @@ class AppendPipeline:
 
     # -- adding ------------------------------------------------------------------------------------------
 
-    def add(self, data: bytes) -> "asyncio.Future[Position]":
+    def add(self, data: bytes, tag: object = None) -> "asyncio.Future[Position]":
         if self.state is AppendState.FENCED:
             raise ManagedLedgerFencedError(f"[{self._name}] managed ledger is fenced: {self.error}")
         if self.state is AppendState.CLOSED:
             raise ManagedLedgerClosedError(f"[{self._name}] managed ledger is closed: no appends")
-        op = _Add(data, asyncio.get_running_loop().create_future())
+        op = _Add(data, asyncio.get_running_loop().create_future(), tag)
         if self.state is AppendState.WRITING:
             self._send(op)
         else:
@@ -242,6 +248,8 @@ class AppendPipeline:
                 self.state = AppendState.NO_LEDGER
                 queued, self._queued = list(self._queued), collections.deque()
                 _fail(queued, ManagedLedgerWriteError(f"[{self._name}] no ledger to write to: {e}"))
+                if queued:
+                    self._on_unsent_failed([op.tag for op in queued])
             return
         self._use(writer)
         if self.state is not AppendState.ROLLING_OVER:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .interceptor import parse_interceptor_names
+
 
 @dataclass(frozen=True)
 class ManagedLedgerConfig:
@@ -21,6 +23,9 @@ class ManagedLedgerConfig:
         read_batch_max_entries: entries per bookie read call.
         trim_interval_s: how often trimming runs besides after each rollover.
         housekeeping_interval_s: how often the time-based rollover and the trim schedule are checked.
+        broker_entry_metadata_interceptors: what broker entry metadata each appended entry gets
+            (``broker.managed_ledger.interceptor``): ``"timestamp"`` and/or ``"index"``, or Pulsar's class
+            names. None by default here (entries are stored as given); the broker turns both on.
     """
 
     ensemble_size: int = 3
@@ -37,6 +42,7 @@ class ManagedLedgerConfig:
     read_batch_max_entries: int = 100
     trim_interval_s: float = 60.0
     housekeeping_interval_s: float = 5.0
+    broker_entry_metadata_interceptors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:
@@ -48,3 +54,4 @@ class ManagedLedgerConfig:
             raise ValueError("read_batch_max_entries must be positive, cursor_persist_interval_ms >= 0")
         if self.housekeeping_interval_s <= 0 or self.trim_interval_s <= 0:
             raise ValueError("housekeeping_interval_s and trim_interval_s must be positive")
+        parse_interceptor_names(self.broker_entry_metadata_interceptors)  # ValueError for an unknown name

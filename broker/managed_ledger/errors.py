@@ -60,6 +60,31 @@ class EntryTooLargeError(ManagedLedgerError, ValueError):
     """An entry larger than the ledger client accepts."""
 
 
+class IndexNotEnabledError(ManagedLedgerError):
+    """The managed ledger adds no index to its entries (``broker_entry_metadata_interceptors`` lacks
+    ``index``)."""
+
+
+class IndexOutOfRangeError(ManagedLedgerError, LookupError):
+    """No retained entry holds the message with that index. ``first_index`` / ``next_index``: the range
+    that does exist, ``[first_index, next_index)`` (Kafka's log start and log end offsets)."""
+
+    def __init__(self, message: str, *, index: int, first_index: int, next_index: int) -> None:
+        super().__init__(message)
+        self.index = index
+        self.first_index = first_index
+        self.next_index = next_index
+
+
+class IndexBeyondEndError(IndexOutOfRangeError):
+    """The index is beyond the next one to be assigned (no such message yet)."""
+
+
+class IndexTrimmedError(IndexOutOfRangeError):
+    """The message with that index was trimmed away (retention), or the index is negative."""
+
+
 __all__ = ["ManagedLedgerError", "ManagedLedgerFencedError", "ManagedLedgerClosedError", "ManagedLedgerWriteError",
            "ManagedLedgerReadError", "ManagedLedgerMetadataError", "ManagedLedgerNotFoundError",
-           "CursorNotFoundError", "InvalidCursorPositionError", "EntryTooLargeError"]
+           "CursorNotFoundError", "InvalidCursorPositionError", "EntryTooLargeError", "IndexNotEnabledError",
+           "IndexOutOfRangeError", "IndexBeyondEndError", "IndexTrimmedError"]

@@ -55,6 +55,8 @@ from .errors import (CursorNotFoundError, EntryTooLargeError, InvalidCursorPosit
                      ManagedLedgerError, ManagedLedgerFencedError, ManagedLedgerMetadataError,
                      ManagedLedgerTerminatedError)
 from .layout import LedgerLayout, LedgerStats, select_ledgers_to_trim
+from .indexes import BrokerEntryIndexes
+from .interceptor import BrokerEntryMetadataInterceptor
 from .opening import LedgerOpening
 from .reader import EntryReader
 
@@ -88,7 +90,7 @@ def _iso_ms(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
-class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
+class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
     """One topic's managed ledger. Obtain it from ``ManagedLedgerFactory.open``."""
 
     def __init__(self, name: str, *, client: LedgerClient, store: ManagedLedgerStore, config: ManagedLedgerConfig,
@@ -110,7 +112,10 @@ class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
         self.entries_added_counter = 0
         self._appender = AppendPipeline(name, config, create_ledger=self._create_ledger_and_switch,
                                         on_confirmed=self._on_confirmed, on_ledger_closed=self._on_ledger_closed,
-                                        on_rolled_over=lambda: self._trim_requested.set())
+                                        on_rolled_over=lambda: self._trim_requested.set(),
+                                        on_unsent_failed=self._indexes_unsent)
+        self._bem = BrokerEntryMetadataInterceptor.from_names(config.broker_entry_metadata_interceptors)
+        self._init_indexes()
         self._cache = EntryCache(config.entry_cache_max_bytes)
         self._reader = EntryReader(name, client, self._cache, batch_entries=config.read_batch_max_entries,
                                    writers=lambda: (self._appender.writer, self._appender.closing_writer))
@@ -246,9 +251,17 @@ class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
             raise ManagedLedgerClosedError(f"[{self.name}] managed ledger is {self.state.value}: no appends")
         data = bytes(data)
         limit = self._client.config.entry_max_size_bytes
-        if len(data) > limit:
-            raise EntryTooLargeError(f"[{self.name}] entry of {len(data)} bytes exceeds the limit of {limit}")
-        return self._appender.add(data)
+        base_index = None
+        if self._bem is not None:  # broker entry metadata: index assigned here, in append order
+            data, base_index = self._bem.intercept(data, _now_ms())
+        try:
+            if len(data) > limit:
+                raise EntryTooLargeError(f"[{self.name}] entry of {len(data)} bytes exceeds the limit of {limit}")
+            return self._appender.add(data, base_index)
+        except BaseException:
+            if base_index is not None:
+                self._bem.rollback(base_index)
+            raise
 
     async def add_entry(self, data: bytes) -> Position:
         return await self.add_entry_nowait(data)
@@ -258,6 +271,7 @@ class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
             self.layout.add_confirmed(position.ledger_id, len(data))
             self._cache.put(position, data)
         self._last_confirmed = confirmed[-1][0]
+        self._indexes_confirmed(confirmed)
         self.entries_added_counter += len(confirmed)
         self._notify_entries()
         self._cursor_moved()
@@ -465,6 +479,7 @@ class ManagedLedgerImpl(LedgerOpening, ManagedLedger):
                 await self._write_metadata(new_layout, writer.ledger_id if writer is not None else None)
                 self.layout.remove(ids)
                 self._reader.forget(ids)
+                self._indexes_trimmed(ids)
                 self._cache.evict_before(Position(self.layout.ledger_ids[0], 0))
             log.info("[%s] trimmed ledgers %s", self.name, ids)
             for ledger_id in ids:

@@ -52,6 +52,7 @@ class LedgerOpening:
             for li in info.ledgers:
                 self.layout.append(LedgerStats(li.ledger_id, li.entries, li.size, li.timestamp_ms))
             dropped = await self._recover_last_ledger(keep_empty=self._terminated)
+            await self._recover_index()  # reads the last stored index (broker.managed_ledger.indexes)
             if not self._terminated:
                 self._appender.start(await self._create_ledger_and_switch())
             last_ledger = self.layout.last_ledger_id

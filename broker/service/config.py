@@ -75,6 +75,9 @@ class ServiceConfig:
             unfiltered (the client filters), in WATCH_TOPIC_LIST refused (``topic_list.py``).
         topic_list_watchers_enabled: serve WATCH_TOPIC_LIST to clients that announce it in CONNECT (Pulsar
             ``enableBrokerTopicListWatcher``); advertised in CONNECTED only when on (``topic_list_watch.py``).
+        exposing_broker_entry_metadata_to_client_enabled: MESSAGE frames keep the stored broker entry metadata
+            for clients whose CONNECT set ``supports_broker_entry_metadata`` (Pulsar
+            ``exposingBrokerEntryMetadataToClientEnabled``); otherwise it is stripped (``session/consumer_endpoints.py``).
         server_version: announced in CONNECTED.
         tls_port: the same protocol over TLS (``pulsar+ssl://``); 0: off. The TLS handshake is done per
             connection (``session/server.py``) so refused handshakes are counted by reason.
@@ -133,6 +136,7 @@ class ServiceConfig:
     max_publish_rate_per_topic_in_bytes: int = 0
     subscription_pattern_max_length: int = 50
     topic_list_watchers_enabled: bool = True
+    exposing_broker_entry_metadata_to_client_enabled: bool = False
     server_version: str = "Magnetar 0.1"
     tls_port: int = 0
     tls_cert_file: str = ""

@@ -260,6 +260,8 @@ def real_storage(tmp_path, zk_connect: str, *, bookies: int = 3, start: bool = T
     held: dict[str, Any] = {}
     config = ManagedLedgerConfig(**{"ensemble_size": min(3, bookies), "write_quorum_size": min(2, bookies),
                                     "ack_quorum_size": min(2, bookies), "cursor_persist_interval_ms": 100,
+                                    # as a broker process (BrokerConfig's default): timestamp and index on
+                                    "broker_entry_metadata_interceptors": ("timestamp", "index"),
                                     **ml_config})
 
     async def ml_factory():

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
 from typing import Awaitable, Callable, Optional, Sequence
 
 from broker.managed_ledger.api import (Entry, InitialPosition, ManagedCursor, ManagedLedger, ManagedLedgerError,
                                        ManagedLedgerFactory, Position)
+from broker.managed_ledger.interceptor import BrokerEntryMetadataInterceptor
 
 
 class MemoryLedgerClosedError(ManagedLedgerError):
@@ -188,6 +190,9 @@ class MemoryManagedLedger(ManagedLedger):
         self._fail_adds: list[BaseException] = []
         self._held: Optional[list[tuple[bytes, asyncio.Future]]] = None
         self.entries_added = 0
+        # broker entry metadata as a broker's managed ledger adds it (BrokerConfig's default: timestamp, index)
+        self._bem = (BrokerEntryMetadataInterceptor(timestamp=True, index=True) if factory.broker_entry_metadata
+                     else None)
         # Fault injection: when set, every read awaits it once its positions are chosen (a bookie round trip),
         # so events can land while a read is in flight, as with the real managed ledger.
         self.read_delay: Optional[Callable[[], Awaitable[None]]] = None
@@ -250,11 +255,19 @@ class MemoryManagedLedger(ManagedLedger):
         if self._fail_adds:
             fut.set_exception(self._fail_adds.pop(0))
             return fut
+        if self._bem is not None:
+            data, _ = self._bem.intercept(bytes(data), int(time.time() * 1000))
         if self._held is not None:
             self._held.append((bytes(data), fut))
             return fut
         self._append(data, fut)
         return fut
+
+    @property
+    def next_index(self) -> int:
+        if self._bem is None:
+            return super().next_index
+        return self._bem.next_index
 
     def _append(self, data: bytes, fut: asyncio.Future) -> None:
         if self._ledger_entries >= self._entries_per_ledger:
@@ -367,8 +380,9 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
     """Keeps every ledger's entries across close/re-open (as storage would); ``open`` after ``close``
     returns a new object over the same entries and durable cursors, in a new current ledger."""
 
-    def __init__(self, *, entries_per_ledger: int = 1_000_000) -> None:
+    def __init__(self, *, entries_per_ledger: int = 1_000_000, broker_entry_metadata: bool = True) -> None:
         self.entries_per_ledger = entries_per_ledger
+        self.broker_entry_metadata = broker_entry_metadata
         self._open: dict[str, MemoryManagedLedger] = {}
         self._stored: dict[str, MemoryManagedLedger] = {}
         self._saved_cursors: dict[tuple[str, str], tuple] = {}
@@ -390,6 +404,8 @@ class MemoryManagedLedgerFactory(ManagedLedgerFactory):
             ml._positions = list(old._positions)
             ml._data = dict(old._data)
             ml.entries_added = old.entries_added
+            if ml._bem is not None and old._bem is not None:
+                ml._bem.next_index = old._bem.next_index
         for (ml_name, cursor_name), (md, deleted, props) in list(self._saved_cursors.items()):
             if ml_name == name:  # durable cursors come back with their ledger, as a real recovery does
                 cursor = MemoryCursor(ml, cursor_name, md, durable=True)

@@ -54,6 +54,9 @@ def handle_connect(conn: "Connection", frame: "Frame") -> None:
     if cmd.feature_flags.supports_topic_watchers and conn.service.topic_list_watch.available:
         conn.supports_topic_watchers = True
         connected.feature_flags.supports_topic_watchers = True
+    # Pulsar answers nothing for this flag: a client that set it gets the stored section in MESSAGE frames
+    conn.exposes_broker_entry_metadata = bool(cmd.feature_flags.supports_broker_entry_metadata
+                                              and conn.config.exposing_broker_entry_metadata_to_client_enabled)
     conn.send_command(connected)
 
 

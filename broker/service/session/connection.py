@@ -84,6 +84,7 @@ class Connection(ConsumerEndpoints):
         self.client_version = ""
         self.protocol_version = 0
         self.supports_topic_watchers = False  # negotiated in CONNECT (handlers.handle_connect)
+        self.exposes_broker_entry_metadata = False  # MESSAGE frames keep the 0x0e02 section (handle_connect)
         self.producers: dict[int, "Producer"] = {}
         self.consumers: dict[int, "Consumer"] = {}
         # Creations in progress, so CLOSE_PRODUCER/CLOSE_CONSUMER racing a creation finds them.

@@ -25,6 +25,7 @@ matching ``validation_error`` (so the broker can discard it) and never reaches t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import time
@@ -244,6 +245,9 @@ class Consumer(TopicHandler):
             error = _Validation.BatchDeSerializeError if isinstance(exc, BatchFormatError) else _Validation.DecompressionError
             self._discard(conn, cmd, error, count, str(exc))
             return
+        if frame.broker_entry_metadata is not None and messages:
+            bem = frame.broker_entry_metadata
+            messages = [dataclasses.replace(m, broker_entry_metadata=bem) for m in messages]
         if frame.metadata.HasField("marker_type") and self.durable:
             self._acks.ack(MessageId.from_proto(cmd.message_id))
             self._schedule_ack_flush()

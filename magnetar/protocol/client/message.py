@@ -31,6 +31,8 @@ class Message:
         topic: the topic (partition) it came from.
         num_messages: how many messages this stands for: 1, or a whole entry's count when the consumer
             takes entries whole (``Consumer(whole_entries=True)``: ``payload`` is then the batch as stored).
+        broker_entry_metadata: what the broker stored with the entry (broker time, index), when it sends it
+            (its ``exposing_broker_entry_metadata_to_client_enabled``); None otherwise.
     """
 
     message_id: MessageId
@@ -40,6 +42,25 @@ class Message:
     single_metadata: pb.SingleMessageMetadata | None = None
     topic: str = ""
     num_messages: int = 1
+    broker_entry_metadata: pb.BrokerEntryMetadata | None = None
+
+    @property
+    def broker_publish_time_ms(self) -> int | None:
+        """When the broker stored the entry (Pulsar's ``getBrokerPublishTime``), None when not sent."""
+        bem = self.broker_entry_metadata
+        return bem.broker_timestamp if bem is not None and bem.HasField("broker_timestamp") else None
+
+    @property
+    def index(self) -> int | None:
+        """The message's broker entry index (Pulsar's ``getIndex``: the entry stores its last message's, a
+        batch member's is counted back from it), None when not sent."""
+        bem = self.broker_entry_metadata
+        if bem is None or not bem.HasField("index"):
+            return None
+        mid = self.message_id
+        if self.num_messages == 1 and mid.batch_size > 0 and mid.batch_index >= 0:
+            return bem.index - mid.batch_size + mid.batch_index + 1
+        return bem.index
 
     @property
     def properties(self) -> dict[str, str]:
