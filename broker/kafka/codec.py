@@ -123,7 +123,7 @@ def parse_header(frame: bytes, *, flexible_of: "Optional[callable]" = None) -> t
     """Reads the request header of ``frame`` (without its size prefix): (header, offset of the body).
 
     Whether the header has tagged fields depends on the (api key, version) being flexible; an unknown pair
-    is read as header v1 (ApiVersions' is read so, whatever the version, as Kafka does).
+    is read as header v1, as Kafka does for ApiVersions at a version it does not know.
 
     Raises:
         FrameError: fewer bytes than a header, or a client id that overruns the frame.
@@ -145,8 +145,7 @@ def parse_header(frame: bytes, *, flexible_of: "Optional[callable]" = None) -> t
         raise FrameError(f"the request header's client id has a negative length {client_len}")
     cls = REQUESTS.get((api_key, api_version))
     flexible = bool(cls is not None and getattr(cls, "FLEXIBLE_VERSION", False))
-    if flexible and api_key != API_VERSIONS_KEY or (api_key == API_VERSIONS_KEY and api_version >= 3):
-        flexible = True
+    if flexible:  # an unknown version is read as header v1: ApiVersions is answered from that, others refused
         offset = _skip_tagged_fields(frame, offset)
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), offset
 

@@ -34,7 +34,8 @@ class KafkaListener:
         return self.name.upper()
 
     def url(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
 
 
 def parse_kafka_listeners(text: str, *, key: str = "kafka_listeners", allow_zero_port: bool = True

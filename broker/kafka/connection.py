@@ -10,7 +10,8 @@ at an unknown version is answered by the dispatcher instead). Decoded requests r
 poll does not hold up a Metadata behind it, but answers leave strictly in request order (Kafka clients match
 answers to requests by order as well as correlation id): each request takes a slot in ``_slots`` and the
 writer loop writes slots from the head as they complete. A request without an answer (Produce with acks=0)
-completes its slot with nothing. At most ``max_in_flight_requests`` requests are in progress; beyond that the
+completes its slot with nothing. A refused frame stops reading; requests already in progress get up to
+two seconds to be answered (in order) before the socket closes. At most ``max_in_flight_requests`` requests are in progress; beyond that the
 reader stops reading (TCP back-pressure). A handler that raises closes the connection (logged); the broker
 and every other connection go on.
 """
@@ -31,6 +32,7 @@ log = logging.getLogger("broker.kafka.connection")
 
 Dispatch = Callable[[RequestHeader, Any, RequestContext], Awaitable[Optional[Any]]]
 _ids = itertools.count(1)
+_DRAIN_GRACE_S = 2.0
 
 
 class KafkaConnection:
@@ -50,6 +52,7 @@ class KafkaConnection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.principal: Optional[str] = None  # set by SASL authentication
         self.sasl_mechanism: Optional[str] = None
+        self.state: dict[str, Any] = {}  # handler families' per-connection state (the producer identity)
         self.closed = False
         self.close_reason = ""
         self._slots: collections.deque[asyncio.Future] = collections.deque()
@@ -77,6 +80,8 @@ class KafkaConnection:
         except FrameError as exc:
             self.close_reason = str(exc)
             log.info("[%s] closing: %s", self.peer, exc)
+            if self._tasks:  # the requests before the refused frame are answered first (briefly)
+                await asyncio.wait(set(self._tasks), timeout=_DRAIN_GRACE_S)
         finally:
             await self.close()
 

@@ -182,6 +182,8 @@ def entry_messages(entry: bytes) -> list[KafkaRecord]:
     """
     parsed = parse_entry(entry, require_checksum=False)
     md = parsed.metadata
+    if md.HasField("marker_type"):
+        return []  # replication and transaction markers are not messages
     payload = parsed.payload
     if md.compression != pb.NONE:
         payload = compression.decompress(md.compression, payload, md.uncompressed_size)

@@ -1,3 +1,5 @@
-"""Produce, Fetch, ListOffsets: filled in once entries carry their offsets (broker entry metadata)."""
+"""Produce, InitProducerId, Fetch, ListOffsets: the API keys that move records."""
 
-HANDLERS: dict = {}
+from . import fetch, offsets, produce
+
+HANDLERS = {**produce.HANDLERS, **fetch.HANDLERS, **offsets.HANDLERS}
