@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiokafka.protocol.commit import OffsetCommitRequest_v3, OffsetFetchRequest_v1, OffsetFetchRequest_v3
 from aiokafka.protocol.coordination import FindCoordinatorRequest_v0, FindCoordinatorRequest_v1
 from aiokafka.protocol.group import (HeartbeatRequest_v1, JoinGroupRequest_v0, JoinGroupRequest_v2,
@@ -22,7 +23,7 @@ from broker.kafka.groups import GroupCoordinator
 from broker.kafka.groups import errors as E
 from broker.kafka.groups.placement import coordination_partition, coordination_topic
 from broker.kafka.groups.state import GroupLimits
-from broker.ownership_api import SelfOwnership
+from broker.ownership_api import LookupResult, SelfOwnership
 from tests.kit.broker_thread import broker, storage  # noqa: F401  (fixtures)
 from tests.kit.wait import wait_for_async
 
@@ -208,6 +209,9 @@ class _Elsewhere(SelfOwnership):
     async def is_owned_by_me(self, topic: str) -> bool:
         return False
 
+    async def lookup(self, topic: str, *, authoritative: bool = False, listener_name: str = ""):
+        return LookupResult(False, "pulsar://127.0.0.1:1", http_url="http://127.0.0.1:2")
+
 
 def test_not_coordinator_when_another_broker_owns_the_group(broker):
     c = start_coordinator(broker)
@@ -296,5 +300,58 @@ def test_random_well_framed_requests_get_answers_and_break_nothing(broker):
             ok = await call(c, join_request("after-garbage"))
             assert ok.error_code == E.NONE
         broker.run(scenario, timeout_s=120)
+    finally:
+        broker.run(c.close)
+
+
+@pytest.fixture
+def indexed_broker(tmp_path, zk_connect):
+    """A broker on real bookies whose managed ledgers add the broker entry index (Kafka offsets)."""
+    from tests.kit.broker_thread import BrokerThread, real_storage
+
+    extra = real_storage(tmp_path, zk_connect)  # the kit's managed ledgers add broker entry metadata
+    bookies = extra.pop("bookies")
+    extra.pop("held")
+    b = BrokerThread(**extra).start()
+    yield b
+    b.stop()
+    for bk in bookies:
+        bk.process.cleanup()
+
+
+def test_commits_are_mirrored_onto_the_partitions_subscription(indexed_broker):
+    """Committing offset O moves the partition's subscription named after the group to the entry before the
+    one holding O (found by the broker entry index), forwards and backwards; the stored offset stays exact."""
+    from tests.kit.broker_thread import make_client, unique_topic
+
+    broker = indexed_broker
+    topic = unique_topic("mirror")
+    client = make_client(broker.url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(6):
+            producer.send(f"m{i}".encode())
+    finally:
+        client.close()
+    c = start_coordinator(broker)
+
+    def commit(offset: int):
+        r = broker.run(call, c, OffsetCommitRequest_v3("mirror-group", -1, "", -1, [(topic, [(0, offset, "")])]))
+        assert r.topics == [(topic, [(0, E.NONE)])]
+        return broker.stats(topic)["subscriptions"].get("mirror-group")
+
+    def kafka_offset_property():
+        return broker.call(lambda: broker.service.topics()[topic].subscriptions["mirror-group"].cursor.properties)
+
+    try:
+        assert commit(3)["msgBacklog"] == 3 and kafka_offset_property() == {"kafka.offset": 3}
+        assert commit(6)["msgBacklog"] == 0  # the end: everything consumed
+        assert commit(1)["msgBacklog"] == 5  # backwards, as Kafka allows
+        assert commit(0)["msgBacklog"] == 6 and kafka_offset_property() == {"kafka.offset": 0}
+        fetched = broker.run(call, c, OffsetFetchRequest_v3("mirror-group", [(topic, [0])]))
+        assert fetched.topics == [(topic, [(0, 0, "", 0)])]
+        deleted = broker.run(call, c, DeleteGroupsRequest_v1(["mirror-group"]))
+        assert deleted.results == [("mirror-group", E.NONE)]
+        assert "mirror-group" not in broker.stats(topic)["subscriptions"]
     finally:
         broker.run(c.close)

@@ -24,6 +24,7 @@ from tests.kit.wait import wait_for
 pytestmark = pytest.mark.timeout(300)
 
 GROUP = "billing"
+GROUPS = [GROUP] + [f"audit-{i}" for i in range(7)]
 OFFSETS = [("orders", [(0, 1234, "checkpoint ✓"), (1, 0, "")]), ("audit", [(0, 9, "x" * 40)])]
 
 
@@ -39,6 +40,10 @@ def owner_http_url(broker, topic: str) -> str:
         return json.loads(response.read())["httpUrl"]
 
 
+def offsets_topic_of(group: str) -> str:
+    return f"{OFFSETS_TOPIC}-partition-{coordination_partition(group, DEFAULT_OFFSETS_PARTITIONS)}"
+
+
 async def with_client(bootstrap: str, fn):
     client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     await client.bootstrap()
@@ -52,27 +57,34 @@ def test_coordinator_is_the_owner_and_offsets_survive_its_sigkill(kafka_brokers)
     first, second = kafka_brokers
     by_node = {node_id_of(b.broker_id): b for b in kafka_brokers}
 
-    async def join_commit_fetch(client):
-        coordinator = await client.coordinator_lookup(0, GROUP)
+    async def join_commit_fetch(client, group: str):
+        coordinator = await client.coordinator_lookup(0, group)
         send = lambda request: client.send(coordinator, request, group=ConnectionGroup.COORDINATION)  # noqa: E731
-        join = await send(JoinGroupRequest(GROUP, 10_000, 30_000, "", "", "consumer", [("range", b"meta")]))
-        assert join.error_code == E.NONE and join.leader_id == join.member_id
-        sync = await send(SyncGroupRequest(GROUP, join.generation_id, join.member_id, "",
+        join = await send(JoinGroupRequest(group, 10_000, 30_000, "", "", "consumer", [("range", b"meta")]))
+        assert join.error_code == E.NONE and join.leader_id == join.member_id, (group, join)
+        sync = await send(SyncGroupRequest(group, join.generation_id, join.member_id, "",
                                            [(join.member_id, b"assigned")]))
         assert (sync.error_code, sync.member_assignment) == (E.NONE, b"assigned")
-        commit = await send(OffsetCommitRequest(GROUP, join.generation_id, join.member_id, -1, OFFSETS))
+        commit = await send(OffsetCommitRequest(group, join.generation_id, join.member_id, -1, OFFSETS))
         assert all(code == E.NONE for _, ps in commit.topics for _, code in ps), commit
-        fetched = await send(OffsetFetchRequest(GROUP, [("orders", [0, 1]), ("audit", [0])]))
+        fetched = await send(OffsetFetchRequest(group, [("orders", [0, 1]), ("audit", [0])]))
         other = next(n for n in by_node if n != coordinator)
-        stray = await client.send(other, OffsetFetchRequest(GROUP, [("orders", [0])]))
+        stray = await client.send(other, OffsetFetchRequest(group, [("orders", [0])]))
         return coordinator, fetched, stray
 
-    coordinator, fetched, stray = asyncio.run(with_client(first.kafka_bootstrap, join_commit_fetch))
-    offsets_topic = f"{OFFSETS_TOPIC}-partition-{coordination_partition(GROUP, DEFAULT_OFFSETS_PARTITIONS)}"
-    assert by_node[coordinator].http_url == owner_http_url(first, offsets_topic)
+    async def every_group(client):
+        # Several groups, so that some coordination topics are unowned when looked up and assigned to the
+        # broker that did not answer FindCoordinator (it acquires them on the group's first request).
+        return {group: await join_commit_fetch(client, group) for group in GROUPS}
+
+    answers = asyncio.run(with_client(first.kafka_bootstrap, every_group))
+    assert {coordinator for coordinator, _, _ in answers.values()} == set(by_node), "both brokers coordinate"
+    coordinator = answers[GROUP][0]
     expected = [("orders", [(0, 1234, "checkpoint ✓", 0), (1, 0, "", 0)]), ("audit", [(0, 9, "x" * 40, 0)])]
-    assert sorted(fetched.topics) == sorted(expected)
-    assert stray.error_code == E.NOT_COORDINATOR
+    for group, (node, fetched, stray) in answers.items():
+        assert by_node[node].http_url == owner_http_url(first, offsets_topic_of(group))
+        assert sorted(fetched.topics) == sorted(expected)
+        assert stray.error_code == E.NOT_COORDINATOR
 
     victim = by_node[coordinator]
     survivor = second if victim is first else first

@@ -176,6 +176,10 @@ class GroupCoordinator:
         name = self.topic_of(group_id)
         try:
             owned = await self.service.ownership.is_owned_by_me(name)
+            if not owned:
+                # FindCoordinator's lookup may have chosen this broker for an unowned bundle (a redirect): like
+                # a Pulsar broker at the end of a redirect, acquire it on an authoritative lookup of its own.
+                owned = (await self.service.ownership.lookup(name, authoritative=True)).is_self
         except Exception as exc:
             log.warning("[%s] ownership check failed: %s", name, exc)
             return E.COORDINATOR_NOT_AVAILABLE, None
