@@ -1,6 +1,6 @@
-"""A consumer group of aiokafka consumers on a real broker process (ZooKeeper, bookies): three members share six
-partitions as they join and leave (each partition owned by exactly one member), and committed offsets let a
-new consumer of the group resume after the broker restarts."""
+"""A consumer group of aiokafka consumers on two real broker processes (ZooKeeper, bookies): three members share
+six partitions (served by both brokers) as they join and leave, each partition owned by exactly one member, and
+committed offsets let a new consumer of the group resume after both brokers restart."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ TOPIC, GROUP, PARTITIONS = "events", "workers", 6
 
 
 @pytest.fixture
-def kafka_broker(tmp_path, zk_connect, bookie_factory):
+def kafka_brokers(tmp_path, zk_connect, bookie_factory):
     bookie_factory(2)
-    return start_brokers(1, tmp_path, zk_connect, kafka=True)[0]
+    return start_brokers(2, tmp_path, zk_connect, kafka=True)
 
 
 class Member:
@@ -84,10 +84,10 @@ async def produce(bootstrap: str, values: list[bytes]) -> None:
         await producer.stop()
 
 
-def test_three_members_share_partitions_and_offsets_resume_after_restart(kafka_broker):
+def test_three_members_share_partitions_and_offsets_resume_after_restart(kafka_brokers):
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    bootstrap = kafka_broker.kafka_bootstrap
+    bootstrap = ",".join(b.kafka_bootstrap for b in kafka_brokers)
     first_batch = [f"a{i}".encode() for i in range(60)]
 
     async def before_restart() -> set[bytes]:
@@ -119,7 +119,8 @@ def test_three_members_share_partitions_and_offsets_resume_after_restart(kafka_b
     consumed = asyncio.run(before_restart())
     assert consumed == set(first_batch)
 
-    kafka_broker.restart()  # a new broker process: membership gone, committed offsets stored
+    for broker in kafka_brokers:  # new broker processes (the coordinator among them): membership gone
+        broker.restart()
     second_batch = [f"b{i}".encode() for i in range(12)]
 
     async def after_restart() -> list[bytes]:
