@@ -212,15 +212,16 @@ class GroupCoordinator:
             return respond(request, error_code=E.INVALID_GROUP_ID, error_message="empty group id",
                            coordinator_id=-1, host="", port=-1)
         node: Optional[KafkaNode] = None
+        reason = "the group's coordinator has no known Kafka address yet"
         try:
             found = await self.service.ownership.lookup(self.topic_of(key))
             listener = getattr(ctx, "listener_name", "") or ""
             node = await self.locate_node(found, listener)
         except Exception as exc:
             log.warning("finding the coordinator of group %r failed: %s", key, exc)
+            reason = f"finding the group's coordinator failed: {exc}"
         if node is None:
-            return respond(request, error_code=E.COORDINATOR_NOT_AVAILABLE,
-                           error_message="the group's coordinator has no known Kafka address yet",
+            return respond(request, error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=reason,
                            coordinator_id=-1, host="", port=-1)
         return respond(request, error_code=E.NONE, error_message=None, coordinator_id=node.node_id,
                        host=node.host, port=node.port)
