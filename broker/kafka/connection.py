@@ -56,6 +56,7 @@ class KafkaConnection:
         self.closed = False
         self.close_reason = ""
         self._slots: collections.deque[asyncio.Future] = collections.deque()
+        self._close_after: set[asyncio.Future] = set()
         self._slot_added = asyncio.Event()
         self._in_flight = asyncio.Semaphore(max_in_flight_requests)
         self._tasks: set[asyncio.Task] = set()
@@ -124,6 +125,8 @@ class KafkaConnection:
         try:
             response = await self._dispatch(header, request, ctx)
             data = encode_response(header, response) if response is not None else None
+            if ctx.extra.get("close_after"):
+                self._close_after.add(slot)
         except asyncio.CancelledError:
             if not slot.done():
                 slot.cancel()
@@ -157,6 +160,11 @@ class KafkaConnection:
                 self._slots.popleft()
                 if data is not None:
                     self._writer.write(data)
+                if slot in self._close_after:  # e.g. a refused authentication: answered, then closed
+                    await self._writer.drain()
+                    self.closed = True
+                    self._writer.close()
+                    return
                     if self._writer.transport.get_write_buffer_size() > 1 << 20:
                         await self._writer.drain()
         except ConnectionError:

@@ -12,7 +12,8 @@ record count), so a batch is stored, replicated and deduplicated as one unit, as
 
 Fetch: an entry becomes one record batch v2 whose base offset is the offset of the entry's first message,
 uncompressed, whatever wrote it (a pulsar-client message, batched or not, compressed or not): the payload →
-value, ``partition_key`` → key, properties → headers, ``event_time`` (else ``publish_time``) → timestamp.
+value, ``partition_key`` → key, properties → headers (but the broker's own ``__magnetar.*``, such as a
+replicated entry's origin position), ``event_time`` (else ``publish_time``) → timestamp.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = ["RecordsError", "KafkaBatch", "split_record_batches", "batch_to_entry
 
 _B64_PREFIX = "__kafka_b64."
 _NULL_PREFIX = "__kafka_null."
+_INTERNAL_PREFIX = "__magnetar."
 # Kafka attributes' codec bits -> Pulsar CompressionType
 _KAFKA_TO_PULSAR = {0: pb.NONE, 1: pb.ZLIB, 2: pb.SNAPPY, 3: pb.LZ4, 4: pb.ZSTD}
 _BATCH_HEADER = struct.Struct(">qi")  # base offset, batch length
@@ -151,6 +153,8 @@ def _headers(properties) -> list[tuple[str, Optional[bytes]]]:
     headers: list[tuple[str, Optional[bytes]]] = []
     for prop in properties:
         key = prop.key
+        if key.startswith(_INTERNAL_PREFIX):
+            continue  # the broker's own (a replicated entry's origin position)
         if key.startswith(_NULL_PREFIX):
             headers.append((key[len(_NULL_PREFIX):], None))
         elif key.startswith(_B64_PREFIX):

@@ -21,6 +21,7 @@ from .config import KafkaConfig, KafkaListener
 from .connection import KafkaConnection
 from .context import RequestContext
 from .handlers import HANDLERS
+from .handlers.sasl import UNAUTHENTICATED_KEYS
 from .topics import KafkaTopics
 
 if TYPE_CHECKING:
@@ -154,6 +155,10 @@ class KafkaServer:
 
     async def dispatch(self, header: RequestHeader, request: Any, ctx: RequestContext) -> Optional[Any]:
         key, version = header.api_key, header.api_version
+        conn = ctx.extra.get("connection")
+        if conn is not None and conn.listener_name == "SASL_PLAINTEXT" and conn.principal is None \
+                and key not in UNAUTHENTICATED_KEYS:
+            raise FrameError(f"api key {key} before SASL authentication")
         entry = HANDLERS.get(key)
         if entry is not None:
             low, high, handler = entry

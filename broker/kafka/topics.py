@@ -77,6 +77,25 @@ class KafkaTopics:
             return None
         return await self.partitions(topic)
 
+    async def allowed(self, ctx: Any, topic: TopicName, action: str) -> bool:
+        """Whether the connection's principal may ``action`` (produce, consume, lookup, admin) on ``topic``:
+        the broker's authorization rules (always True when authorization is off); a refusal is counted."""
+        security = self.service.security
+        if not security.authorization_enabled:
+            return True
+        role = ctx.principal
+        if action == "produce":
+            ok = await security.can_produce(role, None, topic)
+        elif action == "consume":
+            ok = await security.can_consume(role, None, topic, None)
+        elif action == "lookup":
+            ok = await security.can_lookup(role, None, topic)
+        else:
+            ok = await security.can_administer_tenant(role, None, topic.tenant)
+        if not ok:
+            security.count_denial(action)
+        return ok
+
     async def lookup(self, pulsar_topic: str) -> Any:
         """Where ``pulsar_topic`` is served (assigning its bundle if nobody owns it)."""
         return await self.service.ownership.lookup(pulsar_topic)

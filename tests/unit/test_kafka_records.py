@@ -61,6 +61,10 @@ def test_pulsar_client_entries_read_as_records() -> None:
     plain = encode_entry(pb.MessageMetadata(producer_name="x", sequence_id=1, publish_time=5, partition_key="k"),
                          b"solo")
     assert entry_messages(plain) == [KafkaRecord(b"k", b"solo", 5, ())]
+    replicated = pb.MessageMetadata(producer_name="x", sequence_id=1, publish_time=5, replicated_from="east")
+    replicated.properties.add(key="__magnetar.repl.source_position", value="1:0")
+    replicated.properties.add(key="app", value="kept")
+    assert entry_messages(encode_entry(replicated, b"r")) == [KafkaRecord(None, b"r", 5, (("app", b"kept"),))]
     marker = encode_entry(pb.MessageMetadata(producer_name="x", sequence_id=2, publish_time=5, marker_type=10), b"")
     assert entry_messages(marker) == []
 

@@ -48,15 +48,17 @@ async def create_topics(server: Any, request: Any, ctx: Any) -> Any:
             results.append(_error(name, ErrorCode.INVALID_REQUEST, "topic named twice in one request"))
             continue
         seen.add(name)
-        results.append(await _create_one(server, name, item, validate_only))
+        results.append(await _create_one(server, ctx, name, item, validate_only))
     return make(request.RESPONSE_TYPE, {"throttle_time_ms": 0, "topic_errors": results})
 
 
-async def _create_one(server: Any, name: str, item: dict, validate_only: bool) -> dict:
+async def _create_one(server: Any, ctx: Any, name: str, item: dict, validate_only: bool) -> dict:
     try:
         topic = server.topics.resolve(name)
     except InvalidTopicNameError as exc:
         return _error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc))
+    if not await server.topics.allowed(ctx, topic, "admin"):
+        return _error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not administer {topic.tenant}")
     count = item["num_partitions"]
     maximum = server.config.max_partitions_per_topic
     if not 1 <= count <= maximum:
@@ -84,13 +86,15 @@ async def _create_one(server: Any, name: str, item: dict, validate_only: bool) -
 async def delete_topics(server: Any, request: Any, ctx: Any) -> Any:
     results = []
     for name in dict.fromkeys(as_dict(request)["topics"] or []):
-        results.append({"topic": name, "error_code": await _delete_one(server, name)})
+        results.append({"topic": name, "error_code": await _delete_one(server, ctx, name)})
     return make(request.RESPONSE_TYPE, {"throttle_time_ms": 0, "topic_error_codes": results})
 
 
-async def _delete_one(server: Any, name: str) -> int:
+async def _delete_one(server: Any, ctx: Any, name: str) -> int:
     try:
         topic = server.topics.resolve(name)
+        if not await server.topics.allowed(ctx, topic, "admin"):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         count = await server.topics.partitions(topic)
     except InvalidTopicNameError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -118,13 +122,15 @@ async def create_partitions(server: Any, request: Any, ctx: Any) -> Any:
     for item in body["topic_partitions"]:
         name = item["topic"]
         new = item["new_partitions"]
-        results.append(await _grow_one(server, name, new["count"], new.get("assignment"), validate_only))
+        results.append(await _grow_one(server, ctx, name, new["count"], new.get("assignment"), validate_only))
     return make(request.RESPONSE_TYPE, {"throttle_time_ms": 0, "topic_errors": results})
 
 
-async def _grow_one(server: Any, name: str, count: int, assignment: Any, validate_only: bool) -> dict:
+async def _grow_one(server: Any, ctx: Any, name: str, count: int, assignment: Any, validate_only: bool) -> dict:
     try:
         topic = server.topics.resolve(name)
+        if not await server.topics.allowed(ctx, topic, "admin"):
+            return _error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not administer it")
         current = await server.topics.partitions(topic)
     except InvalidTopicNameError as exc:
         return _error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc))

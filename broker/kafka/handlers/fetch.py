@@ -75,7 +75,7 @@ async def fetch(server: Any, request: Any, ctx: Any) -> Any:
     reads = [_Read(t["topic"], p["partition"], p["fetch_offset"], max(p["max_bytes"], 1))
              for t in body["topics"] for p in t["partitions"]]
     cursors = _cursor_cache(ctx, server)
-    await asyncio.gather(*(_open(server, read, cursors) for read in reads))
+    await asyncio.gather(*(_open(server, ctx, read, cursors) for read in reads))
     total = 0
     while True:
         for read in reads:
@@ -114,9 +114,12 @@ def _high_watermark(topic: Any) -> int:
     return topic.ml.last_confirmed_index + 1
 
 
-async def _open(server: Any, read: _Read, cursors: dict) -> None:
+async def _open(server: Any, ctx: Any, read: _Read, cursors: dict) -> None:
     try:
         topic_name = server.topics.resolve(read.name)
+        if not await server.topics.allowed(ctx, topic_name, "consume"):
+            read.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return
         count = await server.topics.partitions(topic_name)
         pulsar_topic = names.partition_topic(topic_name, count, read.index) if count is not None else None
         if pulsar_topic is None:

@@ -66,6 +66,8 @@ async def _topic(server: Any, name: str, auto_create: bool, by_http: dict, ctx: 
     except InvalidTopicNameError:
         return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION)
     try:
+        if not await server.topics.allowed(ctx, topic, "lookup"):
+            return _topic_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         count = await server.topics.ensure(topic, create=auto_create)
     except MagnetarError as exc:
         log.info("metadata of %s: %s", topic, exc)

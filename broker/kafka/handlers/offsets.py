@@ -34,7 +34,8 @@ async def list_offsets(server: Any, request: Any, ctx: Any) -> Any:
     body = as_dict(request)
     topics = []
     for item in body["topics"]:
-        partitions = [await _one(server, item["topic"], p["partition"], p["timestamp"]) for p in item["partitions"]]
+        partitions = [await _one(server, ctx, item["topic"], p["partition"], p["timestamp"])
+                      for p in item["partitions"]]
         topics.append({"topic": item["topic"], "partitions": partitions})
     return make(request.RESPONSE_TYPE, {"throttle_time_ms": 0, "topics": topics})
 
@@ -44,9 +45,11 @@ def _answer(index: int, code: int, offset: int = -1, timestamp: int = -1) -> dic
             "offsets": [offset] if offset >= 0 else []}
 
 
-async def _one(server: Any, name: str, index: int, timestamp: int) -> dict:
+async def _one(server: Any, ctx: Any, name: str, index: int, timestamp: int) -> dict:
     try:
         topic_name = server.topics.resolve(name)
+        if not await server.topics.allowed(ctx, topic_name, "consume"):
+            return _answer(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         count = await server.topics.partitions(topic_name)
         pulsar_topic = names.partition_topic(topic_name, count, index) if count is not None else None
         if pulsar_topic is None:

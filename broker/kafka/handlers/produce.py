@@ -132,6 +132,8 @@ async def _produce_partition(server: Any, ctx: Any, name: str, index: int, data:
                              timeout_s: float) -> dict:
     try:
         topic_name = server.topics.resolve(name)
+        if not await server.topics.allowed(ctx, topic_name, "produce"):
+            return _result(name, index, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not produce")
         count = await server.topics.ensure(topic_name, create=True)
         if count is None:
             return _result(name, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} does not exist")
