@@ -355,3 +355,53 @@ def test_commits_are_mirrored_onto_the_partitions_subscription(indexed_broker):
         assert "mirror-group" not in broker.stats(topic)["subscriptions"]
     finally:
         broker.run(c.close)
+
+
+def test_offsets_and_deletion_follow_the_brokers_authorization_rules():
+    """With authorization on, committing and fetching a group's offsets of a topic needs ``consume`` on it (the
+    group is the subscription), and deleting a group needs the Kafka tenant's admin: TOPIC_AUTHORIZATION_FAILED
+    / GROUP_AUTHORIZATION_FAILED otherwise, and nothing changes."""
+    from broker.service import ServiceConfig
+    from config_store import Policies
+    from config_store.permissions import grant_topic_permission
+    from tests.kit.broker_thread import BrokerThread
+
+    policies = Policies()
+    grant_topic_permission(policies, "persistent://public/default/granted", "app", ["consume"])
+    import base64
+
+    from magnetar.auth import tokens
+
+    secret = "data:;base64," + base64.b64encode(tokens.create_secret_key()).decode()
+    config = ServiceConfig(authentication_enabled=True, authentication_providers=("token",), token_secret_key=secret,
+                           authorization_enabled=True, superuser_roles=("admin",))
+    broker = BrokerThread(config=config, policies={"public/default": policies}).start()
+    try:
+        c = start_coordinator(broker)
+
+        async def scenario():
+            def as_role(role):
+                return RequestContext(client_id="app", principal=role, correlation_id=1, api_version=0,
+                                      listener_name="PLAINTEXT")
+            commit = OffsetCommitRequest_v3("auth-group", -1, "", -1,
+                                            [("granted", [(0, 5, "")]), ("other", [(0, 7, "")])])
+            r = await c.handle(8, 3, commit, as_role("app"))
+            assert r.topics == [("granted", [(0, E.NONE)]), ("other", [(0, E.TOPIC_AUTHORIZATION_FAILED)])]
+            fetched = await c.handle(9, 3, OffsetFetchRequest_v3("auth-group", [("granted", [0]), ("other", [0])]),
+                                     as_role("app"))
+            assert fetched.topics == [("granted", [(0, 5, "", 0)]),
+                                      ("other", [(0, -1, "", E.TOPIC_AUTHORIZATION_FAILED)])]
+            everything = await c.handle(9, 3, OffsetFetchRequest_v3("auth-group", None), as_role("stranger"))
+            assert everything.topics == []  # the committed topic is not the stranger's to read
+            refused = await c.handle(42, 1, DeleteGroupsRequest_v1(["auth-group"]), as_role("app"))
+            assert refused.results == [("auth-group", E.GROUP_AUTHORIZATION_FAILED)]
+            assert (await c.handle(9, 3, OffsetFetchRequest_v3("auth-group", None), as_role("admin"))).topics == [
+                ("granted", [(0, 5, "", 0)])]
+            deleted = await c.handle(42, 1, DeleteGroupsRequest_v1(["auth-group"]), as_role("admin"))
+            assert deleted.results == [("auth-group", E.NONE)]
+        try:
+            broker.run(scenario)
+        finally:
+            broker.run(c.close)
+    finally:
+        broker.stop()

@@ -95,10 +95,22 @@ class GroupAdmin:
 
         results = []
         for group_id in request.groups_names or []:
-            results.append((group_id, await self._delete(group_id)))
+            results.append((group_id, await self._delete(group_id, ctx)))
         return respond(request, results=results)
 
-    async def _delete(self, group_id: str) -> int:
+    async def _may_delete(self, ctx: Any) -> bool:
+        """Deleting a group (its offsets and subscriptions) is the Kafka tenant's admins' business."""
+        security = getattr(self.c.service, "security", None)
+        if security is None or not security.authorization_enabled:
+            return True
+        if await security.can_administer_tenant(getattr(ctx, "principal", None), None, self.c.config.tenant):
+            return True
+        security.count_denial("admin")
+        return False
+
+    async def _delete(self, group_id: str, ctx: Any) -> int:
+        if not await self._may_delete(ctx):
+            return E.GROUP_AUTHORIZATION_FAILED
         error, topic = await self.c.coordination_topic(group_id)
         if error != E.NONE:
             return error

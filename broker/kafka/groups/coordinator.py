@@ -28,7 +28,8 @@ from .admin import GroupAdmin
 from .mirror import mirror_commits
 from .offsets import METADATA_MAX_BYTES, OffsetStore
 from .nodes import NodeLocator
-from .placement import DEFAULT_OFFSETS_PARTITIONS, KafkaNode, coordination_partition, coordination_topic
+from .placement import (DEFAULT_OFFSETS_PARTITIONS, KafkaNode, coordination_partition, coordination_topic,
+                        subscription_name)
 from .state import Group, GroupLimits, GroupState, JoinResult, Reply, SyncResult
 
 if TYPE_CHECKING:
@@ -337,12 +338,15 @@ class GroupCoordinator:
                 error = E.ILLEGAL_GENERATION  # no such group here: a member of an older coordinator
         results: dict[tuple[str, int], int] = {}
         accepted: dict[tuple[str, int], tuple[int, str]] = {}
+        topic_errors = {t: await self._topic_error(ctx, t, group_id) for t, _ in topics} if error == E.NONE else {}
         for t, partitions in topics:
             for p in partitions:
                 partition, offset, metadata = p[0], p[1], p[-1] or ""
                 if error != E.NONE:
                     results[(t, partition)] = error
-                elif not t or partition < 0:
+                elif topic_errors[t] != E.NONE:
+                    results[(t, partition)] = topic_errors[t]
+                elif partition < 0:
                     results[(t, partition)] = E.UNKNOWN_TOPIC_OR_PARTITION
                 elif len(metadata.encode("utf-8")) > METADATA_MAX_BYTES:
                     results[(t, partition)] = E.OFFSET_METADATA_TOO_LARGE
@@ -375,13 +379,36 @@ class GroupCoordinator:
                 return respond(request, topics=[(t, [(p, -1, "", error) for p in ps]) for t, ps in wanted or []])
             return respond(request, topics=[], error_code=error)
         committed = self.store.read(topic, request.consumer_group)
-        if wanted is None:
+        listed = wanted is None
+        if listed:
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(committed):
                 by_topic.setdefault(t, []).append(p)
             wanted = list(by_topic.items())
-        answer = [(t, [(p, *committed.get((t, p), (-1, "")), E.NONE) for p in ps]) for t, ps in wanted]
+        errors = {t: await self._topic_error(ctx, t, request.consumer_group) for t, _ in wanted}
+        if listed:  # every committed topic: those the principal may not read are left out, as in Kafka
+            wanted = [(t, ps) for t, ps in wanted if errors[t] == E.NONE]
+        answer = [(t, [(p, *committed.get((t, p), (-1, "")), errors[t]) if errors[t] == E.NONE else
+                       (p, -1, "", errors[t]) for p in ps]) for t, ps in wanted]
         return respond(request, topics=answer, error_code=E.NONE)
+
+    async def _topic_error(self, ctx: Any, kafka_topic: Any, group_id: str) -> int:
+        """NONE when ``kafka_topic`` names a topic whose committed offsets the connection's principal may
+        read and write for ``group_id``: Pulsar's ``consume`` permission on the topic, with the group as the
+        subscription (subscription permissions apply), as the broker's authorization rules say."""
+        from broker.kafka.names import InvalidTopicNameError, pulsar_name
+
+        try:
+            name = pulsar_name(kafka_topic, tenant=self.config.tenant, namespace=self.config.namespace)
+        except (InvalidTopicNameError, ValueError, TypeError):
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        security = getattr(self.service, "security", None)
+        if security is None or not security.authorization_enabled:
+            return E.NONE
+        if await security.can_consume(getattr(ctx, "principal", None), None, name, subscription_name(group_id)):
+            return E.NONE
+        security.count_denial("consume")
+        return E.TOPIC_AUTHORIZATION_FAILED
 
     # ------------------------------------------------------------------------------------------ deadlines
 
