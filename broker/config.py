@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
-from magnetar.config import RegionServerSettings, TomlSettings, check_name, check_ports
+from magnetar.config import RegionServerSettings, TomlSettings, check_name, check_ports, derive
 from magnetar.errors import ConfigError
 
+from .kafka.config import KafkaConfig
 from .listeners import AdvertisedListener, internal_listener, parse_advertised_listeners
 from .security import SecuritySettings
 
@@ -146,6 +147,17 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
             (Pulsar ``brokerClientTlsEnabled``; ``broker/client_credentials.py``).
         cluster_service_url_tls, cluster_broker_service_url_tls: the TLS URLs ``bootstrap`` registers for the
             cluster (``https://h1:p1,h2:p2``, ``pulsar+ssl://h1:p1,h2:p2``); empty: this broker's own, if any.
+        kafka_listeners: the Kafka protocol listener, ``PLAINTEXT://host:port[,SASL_PLAINTEXT://host:port]``
+            (e.g. ``PLAINTEXT://127.0.0.1:9092``; port 0 picks a free one); empty: none (docs/kafka.md).
+        kafka_advertised_listeners: what Kafka clients are told (Metadata, the broker's registration); empty:
+            the bound listeners, a wildcard host replaced by ``advertised_host``.
+        kafka_tenant, kafka_namespace: where short Kafka topic names live (``orders`` is
+            ``persistent://public/default/orders``).
+        kafka_allow_auto_create_topics, kafka_num_partitions: a missing topic named by a Kafka client is created
+            with this many partitions (Kafka ``auto.create.topics.enable``, ``num.partitions``).
+        kafka_max_request_size_bytes: a larger Kafka request closes its connection.
+        kafka_max_in_flight_requests: requests one Kafka connection may have in progress.
+        kafka_fetch_max_wait_ms: the longest a Kafka Fetch long poll is held.
 
     The other security settings are :class:`broker.security.SecuritySettings`'s: those every server shares
     (:class:`magnetar.auth.settings.SecuritySettings`: ``tls_*``, the certificate and policy of both TLS ports;
@@ -232,6 +244,15 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     broker_client_tls_enabled: bool = False
     cluster_service_url_tls: str = ""
     cluster_broker_service_url_tls: str = ""
+    kafka_listeners: str = ""
+    kafka_advertised_listeners: str = ""
+    kafka_tenant: str = "public"
+    kafka_namespace: str = "default"
+    kafka_allow_auto_create_topics: bool = True
+    kafka_num_partitions: int = 1
+    kafka_max_request_size_bytes: int = 100 * _MiB
+    kafka_max_in_flight_requests: int = 64
+    kafka_fetch_max_wait_ms: int = 30_000
 
     # -- derived ---------------------------------------------------------------------------------------
 
@@ -239,6 +260,12 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     def listeners(self) -> tuple[AdvertisedListener, ...]:
         """``advertised_listeners`` parsed (validated at construction)."""
         return parse_advertised_listeners(self.advertised_listeners)
+
+    def kafka_config(self) -> KafkaConfig:
+        """The ``kafka_*`` settings as the Kafka listener's :class:`~broker.kafka.config.KafkaConfig`."""
+        return derive(KafkaConfig, self, prefix="kafka_", renames={
+            "advertised_host": "advertised_host", "max_partitions_per_topic": "max_partitions_per_topic",
+            "max_message_size_bytes": "max_message_size_bytes"})
 
     def effective_broker_id(self, http_port: int) -> str:
         """The configured id, or ``advertised_host:http_port`` (Pulsar's lookup service address)."""
@@ -294,6 +321,7 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
                               f"not {self.delete_inactive_topics_mode!r}")
         self._validate_rate_limits()
         self._validate_load_balancer()
+        self.kafka_config().validate()
         from broker.managed_ledger.interceptor import parse_interceptor_names  # lazily: it loads the protocol
         try:
             parse_interceptor_names(self.broker_entry_metadata_interceptors)

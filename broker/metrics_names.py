@@ -12,3 +12,6 @@ HTTP_REQUESTS = "magnetar_broker_http_requests"  # counter, labels method, route
 HTTP_REQUEST_SECONDS = "magnetar_broker_http_request_seconds"  # histogram, label route
 AUTH_FAILURES = "magnetar_broker_auth_failures"  # counter, label reason (magnetar.auth.errors.REASONS)
 AUTHORIZATION_DENIALS = "magnetar_broker_authorization_denials"  # counter, label action: produce | consume | ...
+KAFKA_CONNECTIONS = "magnetar_broker_kafka_connections"  # gauge: open Kafka client connections
+KAFKA_REQUESTS = "magnetar_broker_kafka_requests"  # counter, label api (ApiVersions, Produce, ...)
+KAFKA_REFUSED = "magnetar_broker_kafka_refused_requests"  # counter: frames that closed their connection

@@ -100,6 +100,7 @@ class BundleOwnership(BundleClaims, Ownership):
         self.http_url = ""
         self.http_url_tls = ""
         self.listeners: tuple[AdvertisedListener, ...] = ()
+        self.protocols: tuple[tuple[str, str], ...] = ()
         self._store = local_store
         self._configuration = configuration
         self._registry = BrokerRegistry(local_store)
@@ -143,9 +144,10 @@ class BundleOwnership(BundleClaims, Ownership):
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def start(self, *, pulsar_url: str, http_url: str, pulsar_url_tls: str = "", http_url_tls: str = "",
-                    listeners: tuple[AdvertisedListener, ...] = ()) -> None:
-        """Publishes ``/brokers/<broker_id>`` (with ``listeners``, this broker's advertised listeners) and
-        starts serving lookups. Idempotent."""
+                    listeners: tuple[AdvertisedListener, ...] = (),
+                    protocols: tuple[tuple[str, str], ...] = ()) -> None:
+        """Publishes ``/brokers/<broker_id>`` (with ``listeners``, this broker's advertised listeners, and
+        ``protocols``, the other protocols' addresses such as ``kafka``) and starts serving lookups. Idempotent."""
         if self._state is OwnershipState.STARTED:
             return
         if self._state is not OwnershipState.NEW:
@@ -153,6 +155,7 @@ class BundleOwnership(BundleClaims, Ownership):
         self.pulsar_url, self.http_url = pulsar_url, http_url
         self.pulsar_url_tls, self.http_url_tls = pulsar_url_tls, http_url_tls
         self.listeners = tuple(listeners)
+        self.protocols = tuple(protocols)
         self._policies = self._configuration.policies_cache()
         self._policies.add_listener(self._on_policies)
         self._store.add_session_listener(self._on_session)
@@ -410,7 +413,8 @@ class BundleOwnership(BundleClaims, Ownership):
         return BrokerRegistration(
             broker_id=self.broker_id, pulsar_service_url=self.pulsar_url, web_service_url=self.http_url,
             cluster=self.cluster, instance=self.instance, pulsar_service_url_tls=self.pulsar_url_tls,
-            web_service_url_tls=self.http_url_tls, advertised_listeners=self.listeners, load=load,
+            web_service_url_tls=self.http_url_tls, advertised_listeners=self.listeners,
+            protocols=self.protocols, load=load,
             last_update_ms=int(time.time() * 1000))
 
     async def publish_load(self, *, force: bool = False) -> None:

@@ -101,6 +101,7 @@ class BrokerProcess:
         self.ownership: Optional[BundleOwnership] = None
         self.load_manager: Optional[LoadManager] = None
         self.service: Any = None
+        self.kafka: Any = None  # the Kafka listener (broker/kafka/), when kafka_listeners is set
         self._runner: Optional[web.AppRunner] = None
         self._http_socket: Optional[socket.socket] = None
         self._https_socket: Optional[socket.socket] = None
@@ -154,6 +155,7 @@ class BrokerProcess:
             cluster=config.cluster, default_bundles=config.default_namespace_bundles,
             load_report_interval_ms=config.load_report_interval_ms, weights=_weights(config), registry=self.registry)
         await self._start_service()
+        await self._start_kafka()
         self.ownership.set_unloader(self._unload_bundle_topics)
         self.ownership.set_load_source(self._measure_load)
         if config.bootstrap:
@@ -165,7 +167,8 @@ class BrokerProcess:
                             default_bundles=config.default_namespace_bundles)
         await self.ownership.start(pulsar_url=self.pulsar_url, http_url=self.http_url,
                                    pulsar_url_tls=self.pulsar_url_tls, http_url_tls=self.http_url_tls,
-                                   listeners=config.listeners)
+                                   listeners=config.listeners,
+                                   protocols=self.kafka.registration() if self.kafka is not None else ())
         self.load_manager = LoadManager(ownership=self.ownership, configuration=self.configuration,
                                         local_store=self.local_store, settings=_load_manager_settings(config),
                                         http_session=self.client_credentials.http_session,
@@ -238,6 +241,29 @@ class BrokerProcess:
         log.info("binary protocol on %s:%d (advertised %s%s)", c.bind_host, self.port, self.pulsar_url,
                  f", {self.pulsar_url_tls}" if self.pulsar_url_tls else "")
 
+    async def _start_kafka(self) -> None:
+        """The Kafka listener (``kafka_listeners``), with the consumer-group coordinator when that room exists."""
+        kafka_config = dataclasses.replace(self.config.kafka_config(), advertised_host=self.config.advertised_host)
+        if not kafka_config.enabled:
+            return
+        from broker.kafka.server import KafkaServer
+
+        groups = None
+        try:
+            from broker.kafka.groups import GroupCoordinator
+        except ImportError:
+            GroupCoordinator = None
+        if GroupCoordinator is not None:
+            groups = GroupCoordinator(self.service, kafka_config)
+        self.kafka = KafkaServer(self.service, kafka_config, broker_id=self.broker_id, cluster=self.config.cluster,
+                                 registry=self.ownership.registry, http_session=self.client_credentials.http_session,
+                                 admin_url=self.http_url, groups=groups, metrics_registry=self.registry)
+        try:
+            await self.kafka.start()
+        except OSError as e:
+            raise BrokerError(f"cannot listen on {kafka_config.listeners} (Kafka): {e.strerror or e}") from None
+        log.info("Kafka protocol on %s", ", ".join(l.url() for l in self.kafka.advertised()))
+
     def _replication(self) -> Any:
         """Geo-replication (the ``replicator`` room), wired in here as DESIGN §2 asks; None when disabled."""
         if not self.config.replication_enabled:
@@ -298,6 +324,8 @@ class BrokerProcess:
             async with asyncio.timeout(grace_s):
                 if self.load_manager is not None:
                     await self.load_manager.close()
+                if self.kafka is not None:
+                    await self.kafka.close()
                 if self.ownership is not None:
                     await self.ownership.close()
                 if self.service is not None:
@@ -375,6 +403,8 @@ class BrokerProcess:
         data = {"broker_id": self.broker_id, "cluster": self.config.cluster, "pulsar": self.pulsar_url,
                 "http": self.http_url, "metrics": f"{self.http_url}/metrics", "pid": os.getpid(),
                 "listeners": listeners_to_json(self.config.listeners)}
+        if self.kafka is not None:
+            data["kafka"] = [l.url() for l in self.kafka.advertised()]
         if self.pulsar_url_tls:
             data["pulsar_tls"] = self.pulsar_url_tls
         if self.http_url_tls:

@@ -222,12 +222,14 @@ class BrokerKind(ProcessKind):
 
     name = "broker"
     tier = 20
-    shown = ("pulsar", "pulsar_ssl", "http")
+    shown = ("pulsar", "pulsar_ssl", "http", "kafka")
 
     def instances(self, topology: Topology) -> list[Instance]:
         bases = {"pulsar": "port_base", "http": "http_port_base"}
-        if topology.secured:
+        if topology.secured:  # the Kafka listener has no authentication yet: not in a secured deployment
             bases.update(pulsar_ssl="tls_port_base", https="web_tls_port_base")
+        else:
+            bases.update(kafka="kafka_port_base")
         return numbered_instances(topology, self.name, "brokers", bases)
 
     def config_path(self, inst: Instance, plan: "Plan") -> pathlib.Path:
@@ -253,6 +255,8 @@ class BrokerKind(ProcessKind):
             "configuration_store": global_zk,
             **self.region_urls(inst.region, plan),
         }
+        if "kafka" in inst.ports:
+            config["kafka_listeners"] = f"PLAINTEXT://{inst.host}:{inst.ports['kafka']}"
         if plan.topology.secured:
             config.update(self.security_config(inst, plan))
         bookies = plan.topology.region(inst.region).bookies
@@ -325,8 +329,8 @@ class BrokerKind(ProcessKind):
                     return False
         except OSError:
             return False
-        return all(is_listening(inst.host, inst.ports[p], timeout_s=1) for p in ("pulsar", "pulsar_ssl", "https")
-                   if p in inst.ports)
+        return all(is_listening(inst.host, inst.ports[p], timeout_s=1)
+                   for p in ("pulsar", "pulsar_ssl", "https", "kafka") if p in inst.ports)
 
     def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
         http = f"http://{inst.host}:{inst.ports['http']}"
@@ -336,6 +340,8 @@ class BrokerKind(ProcessKind):
         found["http"] = http
         if "https" in inst.ports:
             found["https"] = f"https://{inst.host}:{inst.ports['https']}"
+        if "kafka" in inst.ports:
+            found["kafka"] = f"{inst.host}:{inst.ports['kafka']}"  # a Kafka client's bootstrap_servers
         return {**found, "metrics": f"{http}/metrics", "config": str(self.config_path(inst, plan))}
 
 

@@ -33,6 +33,7 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     http_port_base = 0             # admin REST, lookup and /metrics
     tls_port_base = 0              # pulsar+ssl:// and https://, served only in a secured topology (one
     web_tls_port_base = 0          #   with a proxy), where brokers enforce authentication and authorization
+    kafka_port_base = 0            # the Kafka listener (PLAINTEXT://host:port), unsecured topologies only
     # any other key is copied into every broker's broker.toml (e.g. default_namespace_bundles = 8)
     [regions.proxy]                # absent: no proxy; present: the region's gateway, started after its brokers
     host = "127.0.0.1"
@@ -208,18 +209,21 @@ class BrokersSettings:
     http_port_base: int = 0
     tls_port_base: int = 0
     web_tls_port_base: int = 0
+    kafka_port_base: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     PASSTHROUGH: ClassVar[bool] = True
     RESERVED: ClassVar[frozenset[str]] = frozenset(
         {"broker_id", "cluster", "bind_host", "advertised_host", "port", "http_port", "data_dir", "zookeeper",
+         "kafka_listeners", "kafka_advertised_listeners",
          "configuration_store", "cluster_service_url", "cluster_broker_service_url", "tls_port", "web_tls_port",
          "cluster_service_url_tls", "cluster_broker_service_url_tls", "tls_cert_file", "tls_key_file",
          "tls_trust_certs_file", "authentication_enabled", "authentication_providers", "authorization_enabled",
          "superuser_roles", "proxy_roles", "token_secret_key", "token_public_key", "broker_client_auth_method",
          "broker_client_auth_params", "broker_client_trust_certs_file", "broker_client_tls_enabled"}
     )
-    PORT_BASES: ClassVar[tuple[str, ...]] = ("port_base", "http_port_base", "tls_port_base", "web_tls_port_base")
+    PORT_BASES: ClassVar[tuple[str, ...]] = ("port_base", "http_port_base", "tls_port_base", "web_tls_port_base",
+                                             "kafka_port_base")
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if not 1 <= self.count <= 64:

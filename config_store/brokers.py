@@ -181,6 +181,15 @@ class BrokerLoad:
                    bundle_stats=tuple(BundleStats.from_dict(kind, b, v) for b, v in sorted(last.items())))
 
 
+def _protocols(kind: str, obj: dict) -> tuple[tuple[str, str], ...]:
+    """Reads ``protocols`` (absent: none, as written by a broker serving only Pulsar's protocol)."""
+    value = _field(kind, obj, "protocols", dict, {})
+    for key, address in value.items():
+        if not isinstance(address, str):
+            raise InvalidMetadataError(f"{kind}: protocols.{key} must be a string, not {type(address).__name__}")
+    return tuple(sorted(value.items()))
+
+
 @dataclass(frozen=True)
 class BrokerRegistration:
     """A live broker: how to reach it, and its load as last reported.
@@ -193,6 +202,8 @@ class BrokerRegistration:
         instance: a token unique to the running process, so a restarted broker can tell its own leftover
             ownership records (from its previous, not yet expired session) from live ones.
         advertised_listeners: its named listeners (none: only the URLs above).
+        protocols: the other protocols it serves, by name (Pulsar ``LocalBrokerData.protocols``): ``kafka`` is
+            its advertised Kafka listeners (``PLAINTEXT://host:port[,...]``), so any broker can name another's.
         load: the last load report.
         last_update_ms: when the load was measured (wall clock, ms).
     """
@@ -205,8 +216,13 @@ class BrokerRegistration:
     pulsar_service_url_tls: str = ""
     web_service_url_tls: str = ""
     advertised_listeners: tuple[AdvertisedListener, ...] = ()
+    protocols: tuple[tuple[str, str], ...] = ()
     load: BrokerLoad = BrokerLoad()
     last_update_ms: int = 0
+
+    def protocol(self, name: str) -> str:
+        """The address this broker gives for protocol ``name`` ("" when it does not serve it)."""
+        return next((value for key, value in self.protocols if key == name), "")
 
     def to_json(self) -> bytes:
         return _dumps("BrokerRegistration", {
@@ -219,6 +235,7 @@ class BrokerRegistration:
             "instance": self.instance,
             "lastUpdate": self.last_update_ms,
             "advertisedListeners": listeners_to_json(self.advertised_listeners),
+            "protocols": dict(self.protocols),
             **self.load.to_dict(),
         })
 
@@ -235,6 +252,7 @@ class BrokerRegistration:
             pulsar_service_url_tls=_field(k, o, "pulsarServiceUrlTls", str, ""),
             web_service_url_tls=_field(k, o, "webServiceUrlTls", str, ""),
             advertised_listeners=listeners_from_json(k, o),
+            protocols=_protocols(k, o),
             load=BrokerLoad.from_dict(k, o),
             last_update_ms=_field(k, o, "lastUpdate", int, 0),
         )

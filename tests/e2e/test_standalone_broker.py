@@ -88,3 +88,41 @@ def test_admin_then_produce_and_consume_across_both_brokers(standalone) -> None:
     assert busy.returncode == 1 and "409" in busy.stderr
     bad = magnetar("produce", one["pulsar"], "bad//topic", "-m", "x")
     assert bad.returncode != 0
+
+
+def test_kafka_applications_use_the_brokers_kafka_addresses(standalone) -> None:
+    """`magnetar up` gives each broker a Kafka listener; topology.json names it; aiokafka writes through one
+    broker and reads through the other; pulsar-client reads the same records."""
+    import asyncio
+
+    import pulsar
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    _, doc = standalone
+    one, two = doc["regions"]["standalone"]["brokers"]
+
+    async def scenario() -> list:
+        producer = AIOKafkaProducer(bootstrap_servers=one["kafka"], acks="all")
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait("standalone-kafka", f"r{i}".encode(), key=b"k")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=two["kafka"], enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition("standalone-kafka", 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            return [(await consumer.getone()).value for _ in range(5)]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 120)) == [f"r{i}".encode() for i in range(5)]
+    client = pulsar.Client(two["pulsar"])
+    try:
+        reader = client.create_reader("persistent://public/default/standalone-kafka", pulsar.MessageId.earliest)
+        assert [reader.read_next(10_000).data() for _ in range(5)] == [f"r{i}".encode() for i in range(5)]
+    finally:
+        client.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from magnetar.net import is_listening
+from magnetar.net import free_port, is_listening
 
 from .server import HOST, ServerProcess
 
@@ -32,8 +32,11 @@ class BrokerHandle(ServerProcess):
         overrides: any :class:`broker.config.BrokerConfig` setting.
     """
 
-    def __init__(self, name: str, base_dir: pathlib.Path, zk_connect: str, **overrides: Any) -> None:
+    def __init__(self, name: str, base_dir: pathlib.Path, zk_connect: str, *, kafka: bool = False,
+                 **overrides: Any) -> None:
         settings = {"cluster": "test", "zookeeper": zk_connect, **_TEST_DEFAULTS}
+        if kafka:  # a Kafka listener on a fixed free port (kept across restarts, as the other ports)
+            settings["kafka_listeners"] = f"PLAINTEXT://{HOST}:{free_port(HOST)}"
         super().__init__("broker", "broker_id", name, base_dir, settings, overrides)
         self.broker_id = self.id
 
@@ -42,6 +45,11 @@ class BrokerHandle(ServerProcess):
     @property
     def pulsar_url(self) -> str:
         return f"pulsar://{HOST}:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``host:port`` of the Kafka listener (brokers started with ``kafka=True``)."""
+        return str(self.settings["kafka_listeners"]).split("://", 1)[1]
 
     @property
     def cluster(self) -> str:
@@ -56,11 +64,12 @@ class BrokerHandle(ServerProcess):
 
 def start_brokers(
     n: int, tmp_path: pathlib.Path, zk_connect: str, *, first_index: int = 1, timeout_s: float = 60.0,
-    **config_overrides: Any,
+    kafka: bool = False, **config_overrides: Any,
 ) -> list[BrokerHandle]:
-    """Starts ``n`` brokers ``broker-<i>`` under ``tmp_path/brokers`` together and waits until all serve."""
+    """Starts ``n`` brokers ``broker-<i>`` under ``tmp_path/brokers`` together and waits until all serve
+    (``kafka``: each with a Kafka listener, see :attr:`BrokerHandle.kafka_bootstrap`)."""
     base = pathlib.Path(tmp_path) / "brokers"
-    brokers = [BrokerHandle(f"broker-{i}", base, zk_connect, **config_overrides)
+    brokers = [BrokerHandle(f"broker-{i}", base, zk_connect, kafka=kafka, **config_overrides)
                for i in range(first_index, first_index + n)]
     for b in brokers:
         b.start(wait=False)

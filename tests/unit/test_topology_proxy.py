@@ -159,12 +159,16 @@ def test_brokers_of_a_secured_topology_serve_tls_and_enforce_the_deployments_cre
     assert config.cluster_service_url_tls == f"https://127.0.0.1:{proxy.ports['https']}"
     assert plan.endpoints(east[1])["pulsar_ssl"] == f"pulsar+ssl://127.0.0.1:{east[1].ports['pulsar_ssl']}"
     assert plan.endpoints(east[1])["https"] == f"https://127.0.0.1:{east[1].ports['https']}"
-    # Without a proxy, brokers stay as they were: plain ports only, no security keys.
+    # The Kafka listener has no authentication yet: a secured topology's brokers serve none.
+    assert "kafka" not in east[0].ports and config.kafka_listeners == ""
+    # Without a proxy, brokers stay as they were: plain ports only (and a Kafka listener), no security keys.
     plain = plan_of("name = 'x'\n[[regions]]\nname = 'a'\n[regions.brokers]\ntls_port_base = 7000\n", tmp_path / "p")
     broker = plain.one(region="a", slot="brokers")
-    assert set(broker.ports) == {"pulsar", "http"}
+    assert set(broker.ports) == {"pulsar", "http", "kafka"}
     config = BrokerConfig.load(plain.kind(broker).command(broker, plain)[-1])
     assert not config.authentication_enabled and config.tls_port == 0
+    assert config.kafka_listeners == f"PLAINTEXT://127.0.0.1:{broker.ports['kafka']}"
+    assert plain.endpoints(broker)["kafka"] == f"127.0.0.1:{broker.ports['kafka']}"
 
 
 @pytest.mark.parametrize("key", ["authentication_enabled", "superuser_roles", "tls_port", "broker_client_auth_params"])

@@ -24,6 +24,11 @@ each entry with its position in the origin topic, encoded as the SEND's sequence
 name, whether or not the namespace asks for deduplication (:meth:`Deduplication.track_replicated`), so a
 replicator that re-sends after a restart or a failover on either side adds no copy: replication is
 exactly-once per origin position. Recovery learns the replicator's highest position from the property.
+
+Idempotent Kafka producers (``broker/kafka/``) publish under names starting with :data:`KAFKA_IDEMPOTENT_PREFIX`
+(``kafka.idempotent.<producer id>.<epoch>``) with their record sequence numbers as sequence ids; like
+replicators, they are deduplicated whether or not the namespace asks for it (``track_replicated`` turns on
+tracking for both), so a retried batch is answered as a duplicate and stored once.
 """
 
 from __future__ import annotations
@@ -53,6 +58,14 @@ def origin_sequence_id(ledger_id: int, entry_id: int) -> int:
     """The sequence id a replicator sends for the origin entry at ``ledger_id:entry_id``: increasing with the
     position (ledger ids grow within a topic; an entry id stays below 2**32)."""
     return (ledger_id << 32) | entry_id
+
+
+KAFKA_IDEMPOTENT_PREFIX = "kafka.idempotent."
+
+
+def always_deduplicated(producer_name: str) -> bool:
+    """Replicators and idempotent Kafka producers: deduplicated once tracking is on, whatever the policy."""
+    return producer_name.startswith(REPLICATOR_PREFIX) or producer_name.startswith(KAFKA_IDEMPOTENT_PREFIX)
 
 
 def is_replicator(producer_name: str) -> bool:
@@ -95,7 +108,7 @@ class Deduplication:
         return self.enabled or self.replicated
 
     def applies_to(self, producer_name: str) -> bool:
-        return self.enabled or (self.replicated and is_replicator(producer_name))
+        return self.enabled or (self.replicated and always_deduplicated(producer_name))
 
     async def enable(self) -> None:
         """Turns deduplication on for every producer (namespace policy)."""
@@ -131,7 +144,7 @@ class Deduplication:
             props[REPLICATED_FLAG] = 1
             await shielded(cursor.mark_delete(cursor.mark_delete_position, properties=props))
         self.highest_persisted = {k: int(v) for k, v in props.items()
-                                  if k != REPLICATED_FLAG and (for_all or is_replicator(k))}
+                                  if k != REPLICATED_FLAG and (for_all or always_deduplicated(k))}
         replayed = 0
         reader = self.ml.new_non_durable_cursor(cursor.mark_delete_position, name="pulsar.dedup.recovery")
         while True:
@@ -154,14 +167,14 @@ class Deduplication:
         still need it."""
         if self.replicated:
             self.enabled = False
-            for name in [n for n in self.highest_persisted if not is_replicator(n)]:
+            for name in [n for n in self.highest_persisted if not always_deduplicated(n)]:
                 self.highest_persisted.pop(name, None)
                 self.highest_pushed.pop(name, None)
             return
         if not self.enabled and CURSOR_NAME not in self.ml.cursors:
             return
         stored = getattr(self.ml.cursors.get(CURSOR_NAME), "properties", None) or {}
-        if stored.get(REPLICATED_FLAG) or any(is_replicator(n) for n in stored):  # keep the replicators' state
+        if stored.get(REPLICATED_FLAG) or any(always_deduplicated(n) for n in stored):  # keep the replicators' state
             self.enabled = False
             await self.track_replicated()
             await self.disable()
@@ -198,7 +211,7 @@ class Deduplication:
             except ValueError:
                 return
             name, seq = REPLICATOR_PREFIX + md.replicated_from, origin_sequence_id(ledger_id, entry_id)
-        elif md.HasField("marker_type") or not all_producers:
+        elif md.HasField("marker_type") or not (all_producers or always_deduplicated(md.producer_name)):
             return
         else:
             name, seq = md.producer_name, md.sequence_id

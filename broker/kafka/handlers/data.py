@@ -1,0 +1,5 @@
+"""Produce, InitProducerId, Fetch, ListOffsets: the API keys that move records."""
+
+from . import fetch, offsets, produce
+
+HANDLERS = {**produce.HANDLERS, **fetch.HANDLERS, **offsets.HANDLERS}
