@@ -23,6 +23,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
+from magnetar.errors import MagnetarError
+
 from . import errors as E
 from .admin import GroupAdmin
 from .mirror import mirror_commits
@@ -52,7 +54,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 GROUP_API_KEYS = frozenset(SUPPORTED_VERSIONS)
 
 
-class GroupRequestError(Exception):
+class GroupRequestError(MagnetarError):
     """A request this coordinator cannot answer in Kafka's terms (an API key or version it does not serve)."""
 
 

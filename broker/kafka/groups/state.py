@@ -32,6 +32,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Union
 
+from magnetar.errors import MagnetarError
+
 from . import errors as E
 
 __all__ = ["GroupState", "GroupLimits", "Member", "JoinResult", "SyncResult", "Reply", "Group", "GroupStateError"]
@@ -73,7 +75,7 @@ SYNC: dict[GroupState, Optional[int]] = {
 }
 
 
-class GroupStateError(Exception):
+class GroupStateError(MagnetarError):
     """A transition Kafka's state machine does not allow (a bug here, never a client's doing)."""
 
 
