@@ -41,14 +41,14 @@ class BrokerHandle(ServerProcess):
 
     @property
     def pulsar_url(self) -> str:
-        return f"pulsar://{HOST}:{self.port}"
+        return f"pulsar://{self.settings['advertised_host']}:{self.port}"
 
     @property
     def cluster(self) -> str:
         return str(self.settings["cluster"])
 
     def healthy(self) -> bool:
-        return self.answers_health() and is_listening(HOST, self.port)
+        return self.answers_health() and is_listening(self.connect_host, self.port)
 
     def __repr__(self) -> str:
         return f"BrokerHandle({self.broker_id} at {self.pulsar_url} {self.http_url})"
