@@ -1,0 +1,115 @@
+"""One chaos run on regions apart: producers and consumers in every region, a fault in the middle, then the check.
+
+``run_fault(deployment, "link-cut", start=..., end=..., tmp=...)`` makes a namespace replicated to every region
+(deduplication on), starts in each region a consumer (replicated subscription ``audit``) and a producer
+(``<region>-p``, ``rate`` msg/s for ``duration_s``), calls ``start()`` after ``lead_s``, ``end()`` after
+``hold_s`` more, waits for the producers, then for every replication backlog to be zero (time to drain, from
+``end()``), stops the consumers, reads every region back from the earliest entry and returns a
+:class:`FaultResult` (the row of the table and each region's check).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .chaos_report import RegionCheck, check_region, percentile, replication_delays_ms
+from .netns_regions import ApartRegions
+from .wait import wait_for
+
+TENANT = "chaos"
+_CLIENT = [sys.executable, "-m", "tests.kit.region_client"]
+
+
+@dataclass
+class FaultResult:
+    fault: str
+    duration_s: float
+    checks: list[RegionCheck]
+    acked: int
+    max_delay_ms: float
+    p50_delay_ms: float
+    p99_delay_ms: float
+    drain_s: float
+
+    @property
+    def row(self) -> tuple:
+        return (self.fault, self.duration_s, self.acked, sum(c.lost for c in self.checks),
+                sum(c.duplicated for c in self.checks), sum(c.out_of_order for c in self.checks),
+                self.max_delay_ms, self.drain_s)
+
+
+def run_fault(dep: ApartRegions, fault: str, *, start: Callable[[], None], end: Callable[[], None],
+              tmp: pathlib.Path, rate: float = 100.0, duration_s: float = 10.0, lead_s: float = 2.0,
+              hold_s: float = 4.0, drain_timeout_s: float = 120.0) -> FaultResult:
+    regions = dep.regions
+    names = regions.names
+    ns = regions.create_replicated_namespace(TENANT, f"{fault}-{random.getrandbits(24):06x}", names)
+    regions.any().admin("POST", f"/admin/v2/namespaces/{ns}/deduplication", True)
+    wait_for(lambda: all(regions[r].admin("GET", f"/admin/v2/namespaces/{ns}/deduplication") is True
+                         for r in names), 30, what="deduplication on everywhere")
+    topic = f"persistent://{ns}/t"
+    tmp.mkdir(parents=True, exist_ok=True)
+    consumers, producers = {}, {}
+    try:
+        for r in names:
+            consumers[r] = dep.in_region(r, [*_CLIENT, "consume", regions[r].pulsar_url, topic, "audit",
+                                             str(tmp / f"{r}.consumed")], stdout=subprocess.DEVNULL)
+        for r in names:
+            ready = tmp / f"{r}.consumed.ready"
+            wait_for(lambda: ready.exists() or consumers[r].poll() is not None, 60, what=f"{r} consumer subscribed")
+            assert ready.exists(), f"{r} consumer exited before it subscribed"
+        count = int(rate * duration_s)
+        for r in names:
+            producers[r] = dep.in_region(r, [*_CLIENT, "produce", regions[r].pulsar_url, topic, f"{r}-p",
+                                             str(count), str(rate), str(tmp / f"{r}.acked")],
+                                        stdout=subprocess.DEVNULL)
+        time.sleep(lead_s)  # traffic before the fault (a load phase, not a wait for a condition)
+        began = time.monotonic()
+        start()
+        time.sleep(hold_s)  # the fault's duration
+        end()
+        healed = time.monotonic()
+        for r, p in producers.items():
+            assert p.wait(timeout=drain_timeout_s) == 0, f"producer in {r} failed"
+
+        def drained() -> bool:
+            for r in names:
+                for remote in names:
+                    if remote != r:
+                        stats = regions[r].replication_stats(topic, remote)
+                        if stats is None or stats.get("replicationBacklog", 1) != 0:
+                            return False
+            return True
+        wait_for(drained, drain_timeout_s, what="replication drained")
+        drain_s = time.monotonic() - healed
+        wait_for(lambda: all(regions[r].topic_stats(topic)["subscriptions"]["audit"]["msgBacklog"] == 0
+                             for r in names), drain_timeout_s, what="replicated subscriptions settled")
+    finally:
+        for p in [*producers.values(), *consumers.values()]:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in [*producers.values(), *consumers.values()]:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    acked = {f"{r}-p": [int(x) for x in (tmp / f"{r}.acked").read_text().split()] for r in names}
+    checks, delays = [], []
+    for r in names:
+        out = tmp / f"{r}.read"
+        reader = dep.in_region(r, [*_CLIENT, "read", regions[r].pulsar_url, topic, str(out)],
+                               stdout=subprocess.DEVNULL)
+        assert reader.wait(timeout=120) == 0, f"read-back in {r} failed"
+        checks.append(check_region(r, out.read_text().split(), acked))
+        delays += replication_delays_ms((tmp / f"{r}.consumed").read_text().splitlines(), [f"{r}-p"])
+    return FaultResult(fault, round(time.monotonic() - began, 1), checks, sum(len(v) for v in acked.values()),
+                       float(max(delays, default=float("nan"))), percentile(delays, 50), percentile(delays, 99),
+                       round(drain_s, 1))
