@@ -25,7 +25,7 @@ from magnetar.net import free_port
 
 from .bookies import BookieProcess
 from .brokers import BrokerHandle
-from .netns import WAN_ADDRESS, Wan
+from .netns import Wan
 from .process import ManagedProcess, python_command
 from .regions import Region, Regions
 from .wait import wait_for
@@ -102,7 +102,7 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
     started: list[ManagedProcess] = []
     deployment: ApartRegions | None = None
     try:
-        config_store, global_connect = _zookeeper("config-store", WAN_ADDRESS, wan.exec_prefix(), base_dir)
+        config_store, global_connect = _zookeeper("config-store", wan.address, wan.exec_prefix(), base_dir)
         zookeepers = {}
         region_objs = []
         for name in names:

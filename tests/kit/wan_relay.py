@@ -3,12 +3,12 @@
 Run inside the wan namespace (see tests/kit/netns.py)::
 
     python -m tests.kit.wan_relay --control /tmp/x.sock --delay-ms 40 --jitter-ms 5 \\
-        --route 10.77.1.1=10.79.1.1:6650,8080 --route 10.77.2.1=10.79.2.1:6651,8081
+        --route 10.101.1.1=10.100.1.1:6650,8080 --route 10.101.2.1=10.100.2.1:6651,8081
 
 It listens on every ``public:port`` and forwards to ``direct:port``. Every chunk read from one side is written
 to the other ``delay ± jitter`` ms after it was read, in order (a chunk never overtakes the previous one of the
 same direction, as TCP cannot reorder). Regions are named by their index (the third octet of their
-addresses; the root namespace, 10.79.0.x, is region 0).
+addresses; the root namespace, 10.n.0.x, is region 0).
 
 Control (one line per connection to the unix socket ``--control``, answer ``ok`` or ``error: ...``):
 ``cut A B`` closes every relayed connection between regions A and B (both directions, by RST) and refuses new
@@ -31,9 +31,9 @@ _CHUNK_BYTES = 65536
 
 
 def region_of(address: str) -> int:
-    """The region index of a 10.77.i.x or 10.79.i.x address (0 for anything else)."""
+    """The region index of a 10.n.i.x address of tests/kit/netns.py: i (0 is the root namespace)."""
     parts = address.split(".")
-    if len(parts) == 4 and parts[0] == "10" and parts[1] in ("77", "79"):
+    if len(parts) == 4 and parts[0] == "10":
         return int(parts[2])
     return 0
 
