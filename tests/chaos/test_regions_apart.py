@@ -10,7 +10,10 @@ and what the fault must leave working or stop:
 * config-store-paused: SIGSTOP of the global configuration store: a policy change fails, messaging goes on;
 * zookeeper-paused: SIGSTOP of one region's ZooKeeper (shorter than the broker's session): a new topic gets
   no owner there, the owned topic keeps serving;
-* brokers-killed: SIGKILL of every broker of one region, restarted on the same ports.
+* brokers-killed: SIGKILL of every broker of one region, restarted on the same ports;
+* bookie-disk-full: one bookie's data directory (a 128 MiB tmpfs) filled to ENOSPC; with E = Qw = Qa = 2
+  of two bookies the region cannot store (its producers wait); healed by freeing the space and restarting
+  the bookie (a journal that failed a write refuses every later one until a restart).
 
 The module prints the table of issue 18 at its end. Needs root (``ip netns``); skipped otherwise.
 """
@@ -26,6 +29,7 @@ import pytest
 from tests.kit import netns
 from tests.kit.chaos_report import table
 from tests.kit.chaos_run import TENANT, run_fault
+from tests.kit.disk import SmallDisk
 from tests.kit.netns_regions import start_netns_regions
 from tests.kit.regions import AdminError
 
@@ -37,13 +41,16 @@ ROWS: list[tuple] = []
 
 @pytest.fixture(scope="module")
 def apart(tmp_path_factory):
-    dep = start_netns_regions([EAST, WEST], tmp_path_factory.mktemp("apart"))
-    try:
-        yield dep
-    finally:
-        dep.stop()
-        if ROWS:
-            print("\n" + table(ROWS))
+    base = tmp_path_factory.mktemp("apart")
+    with SmallDisk(base / "east-bookie-1-disk", size_bytes=128 << 20) as disk:
+        dep = start_netns_regions([EAST, WEST], base, bookie_data_dirs={"east-bookie-1": disk.path / "data"})
+        dep.east_disk = disk
+        try:
+            yield dep
+        finally:
+            dep.stop()
+            if ROWS:
+                print("\n" + table(ROWS))
 
 
 def _fails(call) -> bool:
@@ -69,15 +76,27 @@ def _faults(dep):
         seen["new topic unowned"] = _fails(lambda: east.admin(
             "GET", f"/lookup/v2/topic/persistent/{TENANT}/never-seen/t", timeout_s=2))
 
+    bookie = east.bookies[0]
+
+    def fill_disk():
+        dep.east_disk.fill()
+
+    def heal_disk():
+        seen["bookie disk full"] = "No space left on device" in bookie.process.log_tail(1 << 20)
+        dep.east_disk.free()
+        bookie.restart(timeout_s=90)
+
     return seen, {
         "link-cut": (lambda: dep.cut(EAST, WEST), lambda: dep.heal(EAST, WEST)),
         "config-store-paused": (pause_config_store, dep.config_store.resume),
         "zookeeper-paused": (pause_zookeeper, dep.zookeeper[EAST].resume),
         "brokers-killed": (lambda: east.stop_brokers(), lambda: east.start_brokers(timeout_s=90)),
+        "bookie-disk-full": (fill_disk, heal_disk),
     }
 
 
-@pytest.mark.parametrize("fault", ["link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed"])
+@pytest.mark.parametrize("fault", ["link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed",
+                                   "bookie-disk-full"])
 def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
     seen, faults = _faults(apart)
     start, end = faults[fault]

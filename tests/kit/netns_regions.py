@@ -18,7 +18,7 @@ import pathlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from magnetar import zookeeper as zk
 from magnetar.net import free_port
@@ -95,8 +95,12 @@ class ApartRegions:
 
 def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies: int = 2, brokers: int = 1,
                         delay_ms: float = 40.0, jitter_ms: float = 5.0, request: Any = None, timeout_s: float = 120.0,
+                        bookie_data_dirs: Optional[Mapping[str, pathlib.Path]] = None,
                         **broker_overrides: Any) -> ApartRegions:
-    """Builds the namespaces and starts everything (see the module docstring); waits until all serve."""
+    """Builds the namespaces and starts everything (see the module docstring); waits until all serve.
+
+    ``bookie_data_dirs``: a data directory by bookie name (``"east-bookie-1"``), e.g. on a :class:`SmallDisk`.
+    """
     base_dir = pathlib.Path(base_dir)
     wan = Wan.create(names)
     started: list[ManagedProcess] = []
@@ -122,7 +126,9 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
             net = wan.regions[region.name]
             region.bookies = [BookieProcess(f"{region.name}-bookie-{i}", region.base_dir / "bookies",
                                             region.zk_connect, bind_host="0.0.0.0",
-                                            advertised_host=net.direct_address)
+                                            advertised_host=net.direct_address,
+                                            **({"data_dir": (bookie_data_dirs or {})[f"{region.name}-bookie-{i}"]}
+                                               if f"{region.name}-bookie-{i}" in (bookie_data_dirs or {}) else {}))
                               for i in range(1, bookies + 1)]
             settings = {"cluster": region.name, "configuration_store": global_connect, "bootstrap": True,
                         "bind_host": "0.0.0.0", "advertised_host": net.public_address,
