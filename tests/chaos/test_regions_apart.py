@@ -21,17 +21,13 @@ The module prints the table of issue 18 at its end. Needs root (``ip netns``); s
 from __future__ import annotations
 
 import pathlib
-import socket
-import urllib.error
-
 import pytest
 
 from tests.kit import netns
 from tests.kit.chaos_report import table
-from tests.kit.chaos_run import TENANT, run_fault
+from tests.kit.chaos_run import FAULTS, fault_actions, run_fault
 from tests.kit.disk import SmallDisk
 from tests.kit.netns_regions import start_netns_regions
-from tests.kit.regions import AdminError
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(netns.available()), reason=netns.available() or "ok")]
 
@@ -44,7 +40,7 @@ def apart(tmp_path_factory):
     base = tmp_path_factory.mktemp("apart")
     with SmallDisk(base / "east-bookie-1-disk", size_bytes=128 << 20) as disk:
         dep = start_netns_regions([EAST, WEST], base, bookie_data_dirs={"east-bookie-1": disk.path / "data"})
-        dep.east_disk = disk
+        dep.disk = disk
         try:
             yield dep
         finally:
@@ -53,52 +49,9 @@ def apart(tmp_path_factory):
                 print("\n" + table(ROWS))
 
 
-def _fails(call) -> bool:
-    try:
-        call()
-    except (AdminError, urllib.error.URLError, socket.timeout, TimeoutError, OSError):
-        return True
-    return False
-
-
-def _faults(dep):
-    east = dep.regions[EAST]
-    seen: dict[str, bool] = {}
-
-    def pause_config_store():
-        dep.config_store.pause()
-        seen["policy change refused"] = _fails(lambda: east.admin(
-            "POST", f"/admin/v2/tenants/{TENANT}", {"allowedClusters": [EAST, WEST], "adminRoles": ["x"]},
-            timeout_s=3))
-
-    def pause_zookeeper():
-        dep.zookeeper[EAST].pause()
-        seen["new topic unowned"] = _fails(lambda: east.admin(
-            "GET", f"/lookup/v2/topic/persistent/{TENANT}/never-seen/t", timeout_s=2))
-
-    bookie = east.bookies[0]
-
-    def fill_disk():
-        dep.east_disk.fill()
-
-    def heal_disk():
-        seen["bookie disk full"] = "No space left on device" in bookie.process.log_tail(1 << 20)
-        dep.east_disk.free()
-        bookie.restart(timeout_s=90)
-
-    return seen, {
-        "link-cut": (lambda: dep.cut(EAST, WEST), lambda: dep.heal(EAST, WEST)),
-        "config-store-paused": (pause_config_store, dep.config_store.resume),
-        "zookeeper-paused": (pause_zookeeper, dep.zookeeper[EAST].resume),
-        "brokers-killed": (lambda: east.stop_brokers(), lambda: east.start_brokers(timeout_s=90)),
-        "bookie-disk-full": (fill_disk, heal_disk),
-    }
-
-
-@pytest.mark.parametrize("fault", ["link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed",
-                                   "bookie-disk-full"])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
-    seen, faults = _faults(apart)
+    seen, faults = fault_actions(apart, EAST, WEST)
     start, end = faults[fault]
     try:
         result = run_fault(apart, fault, start=start, end=end, tmp=tmp_path, hold_s=3.0)

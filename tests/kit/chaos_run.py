@@ -13,7 +13,9 @@ from __future__ import annotations
 import pathlib
 import random
 import signal
+import socket
 import subprocess
+import urllib.error
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from typing import Callable
 
 from .chaos_report import RegionCheck, check_region, percentile, replication_delays_ms
 from .netns_regions import ApartRegions
+from .regions import AdminError
 from .wait import wait_for
 
 TENANT = "chaos"
@@ -113,3 +116,51 @@ def run_fault(dep: ApartRegions, fault: str, *, start: Callable[[], None], end: 
     return FaultResult(fault, round(time.monotonic() - began, 1), checks, sum(len(v) for v in acked.values()),
                        float(max(delays, default=float("nan"))), percentile(delays, 50), percentile(delays, 99),
                        round(drain_s, 1))
+
+
+def _fails(call) -> bool:
+    try:
+        call()
+    except (AdminError, urllib.error.URLError, socket.timeout, TimeoutError, OSError):
+        return True
+    return False
+
+
+FAULTS = ("link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed", "bookie-disk-full")
+
+
+def fault_actions(dep: ApartRegions, local: str, remote: str) -> tuple[dict[str, bool], dict[str, tuple]]:
+    """(what each fault must have caused, checked while it lasts; {fault: (start, end)}) for faults hitting
+    region ``local`` (and its link to ``remote``). ``bookie-disk-full`` needs ``dep.disk``: a
+    :class:`~tests.kit.disk.SmallDisk` holding the data of ``local``'s first bookie."""
+    here = dep.regions[local]
+    seen: dict[str, bool] = {}
+
+    def pause_config_store():
+        dep.config_store.pause()
+        seen["policy change refused"] = _fails(lambda: here.admin(
+            "POST", f"/admin/v2/tenants/{TENANT}", {"allowedClusters": [local, remote], "adminRoles": ["x"]},
+            timeout_s=3))
+
+    def pause_zookeeper():
+        dep.zookeeper[local].pause()
+        seen["new topic unowned"] = _fails(lambda: here.admin(
+            "GET", f"/lookup/v2/topic/persistent/{TENANT}/never-seen/t", timeout_s=2))
+
+    bookie = here.bookies[0]
+
+    def fill_disk():
+        dep.disk.fill()
+
+    def heal_disk():
+        seen["bookie disk full"] = "No space left on device" in bookie.process.log_tail(1 << 20)
+        dep.disk.free()
+        bookie.restart(timeout_s=90)
+
+    return seen, {
+        "link-cut": (lambda: dep.cut(local, remote), lambda: dep.heal(local, remote)),
+        "config-store-paused": (pause_config_store, dep.config_store.resume),
+        "zookeeper-paused": (pause_zookeeper, dep.zookeeper[local].resume),
+        "brokers-killed": (lambda: here.stop_brokers(), lambda: here.start_brokers(timeout_s=90)),
+        "bookie-disk-full": (fill_disk, heal_disk),
+    }

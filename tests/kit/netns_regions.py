@@ -52,6 +52,7 @@ class ApartRegions:
     relay_control: str
     config_store: ManagedProcess
     zookeeper: dict[str, ManagedProcess] = field(default_factory=dict)
+    disk: Any = None  # a tests.kit.disk.SmallDisk a test put under a bookie, for the disk-full fault
     _stopped: bool = False
 
     # -- faults -----------------------------------------------------------------------------------------
