@@ -48,10 +48,15 @@ class Relay:
         self.stats = {"connections": 0, "refused": 0, "bytes": 0}
         self.servers: list[asyncio.AbstractServer] = []
 
-    async def listen(self, public: str, direct: str, port: int) -> None:
+    async def listen(self, public: str, direct: str, port: int, *, listen_port: Optional[int] = None) -> None:
+        """Relays ``public:listen_port`` (default ``port``) to ``direct:port``."""
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._relay(reader, writer, direct, port, region_of(public))
-        self.servers.append(await asyncio.start_server(handle, public, port, reuse_address=True))
+        self.servers.append(await asyncio.start_server(handle, public, listen_port or port, reuse_address=True))
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
 
     async def _relay(self, c_reader, c_writer, direct: str, port: int, to_region: int) -> None:
         peer = c_writer.get_extra_info("peername")[0]
