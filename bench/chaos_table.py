@@ -22,23 +22,24 @@ sys.path.insert(0, str(ROOT))
 
 from tests.kit import netns  # noqa: E402
 from tests.kit.chaos_report import table  # noqa: E402
-from tests.kit.chaos_run import FAULTS, fault_actions, run_fault  # noqa: E402
+from tests.kit.chaos_run import FAULTS, MORE_FAULTS, fault_actions, run_fault  # noqa: E402
 from tests.kit.disk import SmallDisk  # noqa: E402
 from tests.kit.netns_regions import start_netns_regions  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    known = (*FAULTS, *MORE_FAULTS)
+    parser.add_argument("--faults", default=",".join(known), help=f"comma-separated, of {', '.join(known)}")
     parser.add_argument("--hold-s", type=float, default=10.0, help="how long each fault lasts")
     parser.add_argument("--rate", type=float, default=200.0, help="msg/s of the producer in each region")
     parser.add_argument("--delay-ms", type=float, default=40.0)
     parser.add_argument("--jitter-ms", type=float, default=5.0)
     args = parser.parse_args()
     chosen = [f.strip() for f in args.faults.split(",") if f.strip()]
-    unknown = sorted(set(chosen) - set(FAULTS))
+    unknown = sorted(set(chosen) - set(known))
     if unknown:
-        parser.error(f"unknown faults {unknown}; known: {list(FAULTS)}")
+        parser.error(f"unknown faults {unknown}; known: {list(known)}")
     why = netns.available()
     if why:
         print(f"skipped: {why}")
