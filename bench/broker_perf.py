@@ -4,6 +4,7 @@
     .venv/bin/python bench/broker_perf.py --url pulsar://host:6650 --seconds 20
     .venv/bin/python bench/broker_perf.py --clients magnetar --processes 1,2 --sizes 100,1024,65536
     .venv/bin/python bench/broker_perf.py --consume --processes 1 --seconds 15   # published and consumed
+    .venv/bin/python bench/broker_perf.py --clients pulsar --processes 1 --rate 10000 --stages --quorum 3/3/2
 
 Without ``--url`` it starts a local deployment with the test kit (a real ZooKeeper, ``--bookies`` bookie
 processes, one ``magnetar broker`` process; E/Qw/Qa 3/2/2 as in ``clusters/standalone.toml``) in a temporary directory and stops it at the
@@ -34,7 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _start_deployment(base: pathlib.Path, bookies: int):
+def _start_deployment(base: pathlib.Path, bookies: int, quorum: tuple[int, int, int]):
     from tests.kit.bookies import start_bookies
     from tests.kit.brokers import start_brokers
     from tests.kit.zookeeper import start_zookeeper
@@ -42,10 +43,11 @@ def _start_deployment(base: pathlib.Path, bookies: int):
     zk = start_zookeeper(base)
     zk_connect = zk.new_chroot("bench")
     bks = start_bookies(bookies, base, zk_connect)
-    ensemble = min(3, bookies)
-    (broker,) = start_brokers(1, base, zk_connect, managed_ledger_ensemble_size=ensemble,
-                              managed_ledger_write_quorum=min(2, bookies), managed_ledger_ack_quorum=min(2, bookies))
-    return broker.pulsar_url, [zk.process, *(b.process for b in bks), broker.process]
+    e, qw, qa = (min(q, bookies) for q in quorum)
+    (broker,) = start_brokers(1, base, zk_connect, managed_ledger_ensemble_size=e,
+                              managed_ledger_write_quorum=qw, managed_ledger_ack_quorum=qa)
+    return (broker.pulsar_url, [zk.process, *(b.process for b in bks), broker.process],
+            [broker.http_url, *(b.http_url for b in bks)])
 
 
 def _perf(mode: str, url: str, topic: str, client: str, extra: list[str], seconds: float, out: str):
@@ -63,7 +65,7 @@ def _finish(proc: subprocess.Popen, out: str, seconds: float, label: dict) -> di
 
 
 def _cell(url: str, client: str, size: int, processes: int, batching: bool, seconds: float, rate: float,
-          consume: bool, drain_seconds: float) -> dict:
+          consume: bool, drain_seconds: float, stages: list[str]) -> dict:
     topic = f"persistent://public/default/bench-{uuid.uuid4().hex[:8]}"
     label = {"client": client, "size_bytes": size, "processes": processes, "batching": batching}
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,7 +74,8 @@ def _cell(url: str, client: str, size: int, processes: int, batching: bool, seco
             consumer = _perf("consume", url, topic, client, ["--receiver-queue-size", "20000",
                                                               "--initial-position", "earliest"],
                              seconds + drain_seconds, f"{tmp}/consume.json")
-        produce = ["--size", str(size), "--processes", str(processes), "--rate", str(rate)]
+        produce = ["--size", str(size), "--processes", str(processes), "--rate", str(rate),
+                   *(arg for url_ in stages for arg in ("--stages-from", url_))]
         if not batching:
             produce.append("--no-batching")
         row = _finish(_perf("produce", url, topic, client, produce, seconds, f"{tmp}/produce.json"),
@@ -98,23 +101,36 @@ def main() -> int:
     parser.add_argument("--consume", action="store_true", help="consume each cell's topic as it is published")
     parser.add_argument("--drain-seconds", type=float, default=5.0,
                         help="with --consume: how long the consumer may go on after publishing stops")
+    parser.add_argument("--quorum", default="3/2/2", help="E/Qw/Qa of the deployment started here (3/3/2: "
+                        "every entry on three bookies, acknowledged by two)")
+    parser.add_argument("--stages", action="store_true",
+                        help="print where each cell's publish time went (the deployment started here)")
+    parser.add_argument("--stages-from", action="append", default=[],
+                        help="with --url: a broker's or bookie's HTTP address to take the stages from (repeat)")
     parser.add_argument("--json", help="write the table here")
     args = parser.parse_args()
+    try:
+        quorum = tuple(int(q) for q in args.quorum.split("/"))
+        assert len(quorum) == 3 and quorum[2] <= quorum[1] <= quorum[0]
+    except (ValueError, AssertionError):
+        parser.error("--quorum is E/Qw/Qa with Qa <= Qw <= E")
 
     started = []
     tmp = tempfile.TemporaryDirectory(prefix="magnetar-bench-")
     try:
         url = args.url
+        stages = list(args.stages_from)
         if url is None:
-            url, started = _start_deployment(pathlib.Path(tmp.name), args.bookies)
-            print(f"deployment: {url} ({args.bookies} bookies) in {tmp.name}", file=sys.stderr)
+            url, started, http_urls = _start_deployment(pathlib.Path(tmp.name), args.bookies, quorum)
+            stages = http_urls if args.stages else []
+            print(f"deployment: {url} ({args.bookies} bookies, E/Qw/Qa {args.quorum}) in {tmp.name}", file=sys.stderr)
         rows = []
         for client in args.clients.split(","):
             for size in (int(s) for s in args.sizes.split(",")):
                 for processes in (int(p) for p in args.processes.split(",")):
                     for batching in ([True, False] if args.no_batching else [True]):
                         rows.append(_cell(url, client, size, processes, batching, args.seconds, args.rate,
-                                          args.consume, args.drain_seconds))
+                                          args.consume, args.drain_seconds, stages))
     finally:
         for proc in reversed(started):
             proc.cleanup()

@@ -72,29 +72,32 @@ class ReplayedRecord(NamedTuple):
 
 
 class _Item:
-    __slots__ = ("record_type", "body", "entries", "future")
+    __slots__ = ("record_type", "body", "entries", "future", "queued")
 
     def __init__(self, record_type: int, body: Optional[bytes], entries: int, future: asyncio.Future) -> None:
         self.record_type = record_type
         self.body = body
         self.entries = entries
         self.future = future
+        self.queued = time.perf_counter()
 
 
 class _Group:
     """Records written with one ``write``, on their way through the force stage (barriers only: no bytes)."""
 
-    __slots__ = ("items", "fd", "error", "started", "entries", "records", "nbytes")
+    __slots__ = ("items", "fd", "error", "started", "entries", "records", "nbytes", "written")
 
     def __init__(self, items: list[_Item], fd: int = -1, error: Optional[BaseException] = None,
-                 started: float = 0.0, entries: int = 0, records: int = 0, nbytes: int = 0) -> None:
+                 started: float = 0.0, entries: int = 0, records: int = 0, nbytes: int = 0,
+                 written: float = 0.0) -> None:
         self.items = items
         self.fd = fd
         self.error = error
-        self.started = started
+        self.started = started  # perf_counter() when its write began
         self.entries = entries
         self.records = records
         self.nbytes = nbytes
+        self.written = written  # perf_counter() when its write returned
 
 
 class JournalState(enum.Enum):
@@ -139,6 +142,12 @@ class JournalObserver:
 
     def on_sync_failed(self, seconds: float) -> None:
         """A sync that raised, ``seconds`` after its first group started being written."""
+
+    def on_stages(self, queue_s: float, write_s: float, force_wait_s: float, fsync_s: float) -> None:
+        """Where the time of one synced group went, for the oldest group of a sync and its oldest record:
+        ``queue_s`` from :meth:`Journal.append` until the writer took it, ``write_s`` the group's ``write``,
+        ``force_wait_s`` from the end of that write until the forcer began the sync (a slow previous sync
+        shows here), ``fsync_s`` the sync itself (0 with ``sync`` off)."""
 
 
 class Journal:
@@ -393,7 +402,8 @@ class Journal:
             self.failed = err
             return _Group(batch, error=err)
         self.written_position = Position(self._file_id, out.offset)
-        return _Group(batch, self._fd, None, started, entries, len(parts) // 2, out.offset - begin)
+        return _Group(batch, self._fd, None, started, entries, len(parts) // 2, out.offset - begin,
+                      time.perf_counter())
 
     def _roll(self) -> int:
         """Opens the next file right after the current one's last group was written (so the position a
@@ -447,6 +457,7 @@ class Journal:
         error: Optional[BaseException] = None
         with_bytes = [g for g in synced if g.nbytes]
         if with_bytes:
+            sync_began = time.perf_counter()
             if self.sync:
                 try:
                     # All in one file: a new file takes no group until the old file's are forced.
@@ -460,7 +471,11 @@ class Journal:
                     except Exception:
                         log.exception("journal observer failed")
             if error is None:
+                sync_ended = time.perf_counter()
+                first = with_bytes[0]
                 try:
+                    self.observer.on_stages(first.started - first.items[0].queued, first.written - first.started,
+                                            sync_began - first.written, sync_ended - sync_began)
                     self.observer.on_sync(
                         time.perf_counter() - with_bytes[0].started, sum(g.entries for g in with_bytes),
                         sum(g.records for g in with_bytes), sum(g.nbytes for g in with_bytes),

@@ -66,6 +66,9 @@ class StorageObserver:
     def on_sync_failed(self, seconds: float) -> None:
         pass
 
+    def on_stages(self, queue_s: float, write_s: float, force_wait_s: float, fsync_s: float) -> None:
+        """See :meth:`bookie.journal.JournalObserver.on_stages`."""
+
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
         pass
 

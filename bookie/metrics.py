@@ -70,6 +70,13 @@ class BookieMetrics(StorageObserver):
             "magnetar_bookie_journal_sync_latency_seconds", "Journal write + fdatasync of one group.",
             _LATENCY_BUCKETS_S,
         )
+        stages = Histogram(
+            "magnetar_bookie_journal_stage_seconds",
+            "Time of one journal group in each stage (queue, write, force_wait, fsync), for the oldest group "
+            "of each sync.", ["bookie", "stage"], registry=registry, buckets=_LATENCY_BUCKETS_S,
+        )
+        self.journal_stages = tuple(stages.labels(bookie=bookie_id, stage=s)
+                                    for s in ("queue", "write", "force_wait", "fsync"))
         self.journal_batch_entries = histogram(
             "magnetar_bookie_journal_batch_entries", "Entries made durable by one journal fsync.", _BATCH_BUCKETS
         )
@@ -158,6 +165,10 @@ class BookieMetrics(StorageObserver):
 
     def on_sync_failed(self, seconds: float) -> None:
         self.journal_sync_ops.record_seconds(seconds, False)
+
+    def on_stages(self, queue_s: float, write_s: float, force_wait_s: float, fsync_s: float) -> None:
+        for child, seconds in zip(self.journal_stages, (queue_s, write_s, force_wait_s, fsync_s)):
+            child.observe(seconds)
 
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
         self.flush_latency.observe(seconds)

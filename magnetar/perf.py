@@ -281,6 +281,10 @@ def produce(
         help="pulsar+ssl://: the server's certificate must name the host of the URL."),
     auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN",
                                    help="A JWT to authenticate with (token authentication)."),
+    stages_from: list[str] = typer.Option(
+        [], "--stages-from",
+        help="A broker's or bookie's HTTP address (repeat): at the end, print where the publish time went "
+             "(broker, managed-ledger add, bookie add, journal queue/write/force wait/fsync)."),
 ) -> None:
     """Publish as fast as allowed; report msg/s, MB/s and send-to-receipt latency."""
     client = _check_client(client)
@@ -293,7 +297,16 @@ def produce(
         max_pending_messages=max_pending, partitions=partitions, duration_s=duration, pin=pin,
         tls_trust_certs_file=tls_trust_certs_file, tls_validate_hostname=tls_validate_hostname, auth_token=auth_token,
     )
-    _run(spec, processes, interval, json_path)
+    if not stages_from:
+        _run(spec, processes, interval, json_path)
+        return
+    from magnetar import perf_stages
+    before = perf_stages.scrape(stages_from)
+    try:
+        _run(spec, processes, interval, json_path)
+    finally:
+        for line in perf_stages.format_rows(perf_stages.stage_rows(before, perf_stages.scrape(stages_from))):
+            print(line, flush=True)
 
 
 @perf_app.command()

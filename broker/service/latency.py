@@ -73,20 +73,61 @@ class StorageStats:
         entry_size: ranges and sum in bytes.
     """
 
-    __slots__ = ("write_latency", "entry_size", "_clock")
+    __slots__ = ("write_latency", "entry_size", "_clock", "_broker_wide")
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], broker_wide: Optional["SecondsHistogram"] = None) -> None:
         self.write_latency = RangeCounts(WRITE_LATENCY_BOUNDS_MS)
         self.entry_size = RangeCounts(ENTRY_SIZE_BOUNDS_BYTES)
         self._clock = clock
+        self._broker_wide = broker_wide  # the same latencies, every topic of the broker, in seconds
 
     def on_add_done(self, handed_s: float, size_bytes: int, future) -> None:
         """Done-callback of a managed-ledger add handed over at ``handed_s``: a stored entry is counted; a
         failed or cancelled add is not (nothing was stored)."""
         if future.cancelled() or future.exception() is not None:
             return
-        self.write_latency.record((self._clock() - handed_s) * 1000.0, 1000.0)
+        seconds = self._clock() - handed_s
+        self.write_latency.record(seconds * 1000.0, 1000.0)
         self.entry_size.record(size_bytes)
+        if self._broker_wide is not None:
+            self._broker_wide.record(seconds)
+
+
+class SecondsHistogram:
+    """A broker-wide latency histogram in seconds (``BROKER_BUCKETS_S``), built into a family at scrape time."""
+
+    __slots__ = ("name", "doc", "buckets", "count", "sum_s")
+
+    def __init__(self, name: str, doc: str) -> None:
+        self.name = name
+        self.doc = doc
+        self.buckets = [0] * (len(BROKER_BUCKETS_S) + 1)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def record(self, seconds: float) -> None:
+        self.buckets[bisect.bisect_left(BROKER_BUCKETS_S, seconds)] += 1
+        self.count += 1
+        self.sum_s += seconds
+
+    def histogram_family(self) -> HistogramMetricFamily:
+        return _histogram_family(self.name, self.doc, self.buckets, self.sum_s)
+
+
+def storage_write_histogram() -> SecondsHistogram:
+    """``magnetar_broker_storage_write_latency_seconds``: a managed-ledger add handed over until durable at the
+    ack quorum (the broker's side of the bookie round trip), every topic of the broker."""
+    return SecondsHistogram("magnetar_broker_storage_write_latency_seconds",
+                            "Managed-ledger add handed over to durable at the ack quorum, every topic of this broker")
+
+
+def _histogram_family(name: str, doc: str, buckets: Sequence[int], sum_s: float) -> HistogramMetricFamily:
+    cumulative = []
+    running = 0
+    for bound, n in zip((*map(str, BROKER_BUCKETS_S), "+Inf"), buckets):
+        running += n
+        cumulative.append((bound, running))
+    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=sum_s)
 
 
 class BrokerLatency:

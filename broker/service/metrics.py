@@ -210,7 +210,8 @@ class ServiceCollector(TextCollector):
                                       "Replicated-subscription snapshots started and not yet completed or timed "
                                       "out, over this broker's topics", labels=["cluster"])
         snapshots.add_metric([cluster], pending_snapshots)
-        families = [snapshots, svc.publish_latency.summary_family(cluster), svc.publish_latency.histogram_family()]
+        families = [snapshots, svc.publish_latency.summary_family(cluster), svc.publish_latency.histogram_family(),
+                    svc.storage_write_latency.histogram_family()]
         server = svc.connection_counts()
         for metric, text, key in (("pulsar_active_connections", "Open client connections", "active"),
                                   ("pulsar_connection_created_total_count", "Client connections accepted", "created"),

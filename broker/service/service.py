@@ -27,7 +27,7 @@ from .policies.auto_compaction import CompactionMonitor
 from .policies.inactive_topics import InactiveTopicMonitor
 from .errors import (BrokerServiceError, MetadataError, ServiceNotReadyError, TopicNotFoundError, map_error, parse_topic,
                      topic_not_ready)
-from .latency import BrokerLatency
+from .latency import BrokerLatency, storage_write_histogram
 from .metrics import ServiceCollector
 from .session.auth import CredentialRefresher
 from .session.server import ProtocolServer
@@ -94,6 +94,7 @@ class BrokerService:
         self._producer_ids = itertools.count()
         self._instance = secrets.token_hex(3)
         self.publish_latency = BrokerLatency()
+        self.storage_write_latency = storage_write_histogram()  # managed-ledger add to quorum ack, every topic
         self._tasks: set[asyncio.Task] = set()
         self._periodic: Optional[asyncio.Task] = None
         self._stopping = asyncio.Event()

@@ -78,12 +78,22 @@ def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kin
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_perf_produce_against_a_broker_process_on_bookies(tmp_path, zk_connect, bookie_factory):
-    bookie_factory(2)
+    bookies = bookie_factory(2)
     (b,) = start_brokers(1, tmp_path, zk_connect)
     out = tmp_path / "summary.json"
+    stages = [arg for process in (b, *bookies) for arg in ("--stages-from", process.http_url)]
     result = perf("produce", b.pulsar_url, "persistent://public/default/perf", "--duration", "2", "--interval", "1",
-                  "--json", str(out), timeout_s=180)
+                  "--json", str(out), *stages, timeout_s=180)
     check_report(result, out)
+    # where the publish time went: every stage of this run, each with as many observations as it saw
+    counts = {m.group(1).strip(): int(m.group(2).replace(",", "")) for m in re.finditer(
+        r"^==\s+((?:broker|bookie|journal): [\w >-]+?)\s+([\d,]+)\s+[\d.]+\s+[\d.inf]+\s+[\d.inf]+$",
+        result.stdout, re.M)}
+    assert set(counts) >= {"broker: SEND->receipt", "broker: ledger add", "bookie: add", "journal: queue",
+                           "journal: write", "journal: force wait", "journal: fsync"}, result.stdout[-3000:]
+    assert counts["broker: ledger add"] <= counts["broker: SEND->receipt"]  # one entry carries a batch
+    assert counts["journal: fsync"] == counts["journal: queue"] > 0  # each synced group is timed in every stage
+    # (a bookie add request carries many entries: its count is of requests, not of entries)
 
 
 def test_pulsar_client_workers_are_pinned_to_one_cpu_each() -> None:

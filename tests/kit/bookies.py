@@ -42,7 +42,7 @@ class BookieProcess(ServerProcess):
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.connect_host}:{self.port}"
 
     @property
     def metrics_url(self) -> str:

@@ -44,7 +44,7 @@ class BrokerHandle(ServerProcess):
 
     @property
     def pulsar_url(self) -> str:
-        return f"pulsar://{HOST}:{self.port}"
+        return f"pulsar://{self.settings['advertised_host']}:{self.port}"
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -56,7 +56,7 @@ class BrokerHandle(ServerProcess):
         return str(self.settings["cluster"])
 
     def healthy(self) -> bool:
-        return self.answers_health() and is_listening(HOST, self.port)
+        return self.answers_health() and is_listening(self.connect_host, self.port)
 
     def __repr__(self) -> str:
         return f"BrokerHandle({self.broker_id} at {self.pulsar_url} {self.http_url})"

@@ -59,6 +59,9 @@ class ServerProcess:
             **settings,
             **overrides,
         }
+        # Where the test process reaches this server: its advertised host unless a topology says otherwise
+        # (regions in network namespaces: a direct address, while clients are told a relayed one).
+        self.connect_host = str(self.settings["advertised_host"])
         self.write_config()
         self.process = ManagedProcess(
             name,
@@ -82,7 +85,7 @@ class ServerProcess:
 
     @property
     def http_address(self) -> str:
-        return f"{HOST}:{self.http_port}"
+        return f"{self.connect_host}:{self.http_port}"
 
     @property
     def http_url(self) -> str:

@@ -349,3 +349,35 @@ async def test_a_new_file_takes_no_record_before_the_old_one_is_synced(tmp_path,
     assert journal.written_position > rolled_to
     await journal.close()
     assert replay_all(tmp_path) == [(codec.RecordType.ADD, big), (codec.RecordType.ADD, b"second")]
+
+
+class StageObserver(JournalObserver):
+    def __init__(self) -> None:
+        self.stages: list[tuple[float, float, float, float]] = []
+
+    def on_stages(self, queue_s: float, write_s: float, force_wait_s: float, fsync_s: float) -> None:
+        self.stages.append((queue_s, write_s, force_wait_s, fsync_s))
+
+
+async def test_stages_show_a_slow_sync_and_the_wait_behind_it(tmp_path, direct_io):
+    """A held sync shows as ``fsync`` time of its group and as ``force_wait`` of the group written meanwhile."""
+    sync = GatedSync(hold=1)
+    observer = StageObserver()
+    journal = open_journal(tmp_path, direct_io=direct_io, sync_file=sync, observer=observer)
+    try:
+        first = journal.append(codec.RecordType.ADD, b"first", 1)
+        await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
+        first_end = journal.written_position
+        second = journal.append(codec.RecordType.ADD, b"second", 1)
+        await wait_for_async(lambda: journal.written_position > first_end, 5, what="the second group written")
+        await asyncio.sleep(0.2)  # the slow disk: the first sync lasts at least this long
+    finally:
+        sync.release.set()
+    await asyncio.gather(first, second)
+    await journal.close()
+    assert len(observer.stages) == 2
+    (q1, w1, fw1, fs1), (q2, w2, fw2, fs2) = observer.stages
+    assert fs1 >= 0.2, observer.stages
+    assert fw2 >= 0.15, f"the second group waited behind the slow sync: {observer.stages}"
+    assert fs2 < 0.2 and fw1 < 0.15, observer.stages
+    assert all(v >= 0 for stage in observer.stages for v in stage)

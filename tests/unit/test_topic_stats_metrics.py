@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import prometheus_client
 import pytest
 
-from broker.service.latency import BrokerLatency, StorageStats
+from broker.service.latency import BrokerLatency, StorageStats, storage_write_histogram
 from broker.service.metrics import ServiceCollector
 from broker.service.policies.backlog_quota import QuotaType
 from broker.service.topics.stats import (BacklogQuotaStats, CompactionStats, ConsumerStats, DispatchThrottleStats,
@@ -212,7 +212,7 @@ def closing_topic() -> SimpleNamespace:
 @pytest.fixture
 def registry() -> prometheus_client.CollectorRegistry:
     service = SimpleNamespace(
-        cluster_name="c1", publish_latency=BrokerLatency(),
+        cluster_name="c1", publish_latency=BrokerLatency(), storage_write_latency=storage_write_histogram(),
         topics=lambda: {TOPIC: fake_topic(TOPIC, persistent_topic_stats(), limited_total=12,
                                           evictions={QuotaType.SIZE: 2, QuotaType.AGE: 0}, pending_snapshots=1),
                         NP_TOPIC: fake_topic(NP_TOPIC, non_persistent_topic_stats(), limited_total=0,

@@ -82,7 +82,7 @@ class Topic(TopicSubscriptions, TopicCommon):
         self.msg_in = RateMeter()
         self.bytes_in = RateMeter()
         self.publish_latency = service.publish_latency  # broker-wide: SEND arrival to receipt
-        self.storage_stats = StorageStats(time.perf_counter)  # managed-ledger add latency, entry sizes
+        self.storage_stats = StorageStats(time.perf_counter, service.storage_write_latency)  # add latency, sizes
         self._removed_msg_out = 0
         self._waiting_exclusive: collections.deque[tuple[Producer, asyncio.Future]] = collections.deque()
         self._sub_locks: dict[str, asyncio.Lock] = {}
