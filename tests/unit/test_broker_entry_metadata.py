@@ -106,3 +106,25 @@ def test_rollback_gives_unsent_indexes_out_again(counts, data):
     assert again == bases[failed_from]
     icpt.rollback(10**9)  # nonsense (beyond the counter) changes nothing
     assert icpt.next_index == bases[failed_from] + 1
+
+
+def test_broker_settings_default_on_accept_pulsar_names_and_refuse_unknown_ones(tmp_path):
+    import dataclasses
+
+    from broker.config import BrokerConfig
+    from broker.managed_ledger.config import ManagedLedgerConfig
+    from broker.process import _MANAGED_LEDGER_RENAMES
+    from magnetar.config import derive
+    from magnetar.errors import ConfigError
+
+    config = BrokerConfig(data_dir=tmp_path, zookeeper="z:1")
+    config.validate()
+    assert config.broker_entry_metadata_interceptors == ("timestamp", "index")
+    assert config.exposing_broker_entry_metadata_to_client_enabled is False
+    ml = derive(ManagedLedgerConfig, config, prefix="managed_ledger_", renames=_MANAGED_LEDGER_RENAMES)
+    assert ml.broker_entry_metadata_interceptors == ("timestamp", "index")
+    pulsar_names = dataclasses.replace(config, broker_entry_metadata_interceptors=(
+        "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor",))
+    pulsar_names.validate()
+    with pytest.raises(ConfigError, match="broker_entry_metadata_interceptors: unknown"):
+        dataclasses.replace(config, broker_entry_metadata_interceptors=("stamp",)).validate()
