@@ -195,6 +195,8 @@ class Replicator:
                 await self._replicate(producer, entry.position, entry.data)
 
     async def _replicate(self, producer: "Producer", position: Position, data: bytes) -> None:
+        # Only the producer's metadata and payload go on: the local broker entry metadata (this region's broker
+        # time and index) stays here, and the remote broker stamps its own on the copy it stores.
         parsed = parse_entry(data, require_checksum=False)
         md = parsed.metadata
         if not should_replicate(md, self.remote_cluster):

@@ -120,8 +120,10 @@ class ManagedLedger(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def add_entry_nowait(self, data: bytes) -> "asyncio.Future[Position]":  # noqa: F821
-        """Appends one entry; the future resolves (in append order) once it is durable at Qa bookies."""
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> "asyncio.Future[Position]":  # noqa: F821
+        """Appends one entry; the future resolves (in append order) once it is durable at Qa bookies.
+        ``num_messages``: the entry's message count if the caller parsed its metadata (a hint for the
+        broker entry index; implementations read it from ``data`` without it)."""
 
     @abc.abstractmethod
     async def add_entry(self, data: bytes) -> Position: ...

@@ -117,9 +117,24 @@ def entry_base_index(data: bytes) -> Optional[int]:
     return None if index is None else index - messages_in_entry(data) + 1
 
 
-def _section(bem: pb.BrokerEntryMetadata) -> bytes:
-    body = bem.SerializeToString()
-    return _U16.pack(MAGIC_BROKER_ENTRY_METADATA) + _U32.pack(len(body)) + body
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _section(timestamp_ms: Optional[int], index: Optional[int]) -> bytes:
+    """``[0x0e02][size][BrokerEntryMetadata]``, the message encoded by hand (two varint fields: broker_timestamp
+    = 1, index = 2; a unit test holds it equal to protobuf's encoding): this runs once per append."""
+    body = b""
+    if timestamp_ms is not None:
+        body += b"\x08" + _varint(timestamp_ms)
+    if index is not None:
+        body += b"\x10" + _varint(index)
+    return _BEM_MAGIC + _U32.pack(len(body)) + body
 
 
 def _without_section(data: bytes) -> bytes:
@@ -154,19 +169,20 @@ class BrokerEntryMetadataInterceptor:
         kinds = parse_interceptor_names(names)
         return cls(timestamp=TIMESTAMP in kinds, index=INDEX in kinds) if kinds else None
 
-    def intercept(self, data: bytes, now_ms: int) -> tuple[bytes, Optional[int]]:
+    def intercept(self, data: bytes, now_ms: int, num_messages: Optional[int] = None) -> tuple[bytes, Optional[int]]:
         """``(bytes to store, index of the entry's first message)`` for one append (the index is None when
-        indexes are off). An existing section in ``data`` is replaced. Advances ``next_index``: call it in
-        append order and only for an entry that is then appended (or :meth:`rollback`)."""
-        bem = pb.BrokerEntryMetadata()
-        if self.timestamp:
-            bem.broker_timestamp = max(now_ms, 0)
+        indexes are off). ``num_messages``: the entry's message count when the caller already parsed its
+        metadata (else it is read from ``data``, see :func:`messages_in_entry`). An existing section in
+        ``data`` is replaced. Advances ``next_index``: call it in append order and only for an entry that is
+        then appended (or :meth:`rollback`)."""
         base: Optional[int] = None
+        last: Optional[int] = None
         if self.index:
             base = self.next_index
-            self.next_index += messages_in_entry(data)
-            bem.index = self.next_index - 1
-        return _section(bem) + _without_section(data), base
+            self.next_index += max(num_messages, 1) if num_messages is not None else messages_in_entry(data)
+            last = self.next_index - 1
+        timestamp = max(now_ms, 0) if self.timestamp else None
+        return _section(timestamp, last) + _without_section(data), base
 
     def rollback(self, base_index: int) -> None:
         """Appends from the one whose first message got ``base_index`` on were never written (they failed

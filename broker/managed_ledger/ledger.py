@@ -241,10 +241,12 @@ class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
 
     # ------------------------------------------------------------------------------------------ appending
 
-    def add_entry_nowait(self, data: bytes) -> "asyncio.Future[Position]":
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> "asyncio.Future[Position]":
         """Appends one entry; the future resolves to its position once it is durable at Qa bookies, futures
         in append order. Raises at once (no future) if the managed ledger is closed, fenced or the entry too
-        large; a later failure fails the future with ManagedLedgerFencedError / ManagedLedgerWriteError."""
+        large; a later failure fails the future with ManagedLedgerFencedError / ManagedLedgerWriteError.
+        ``num_messages``: the entry's message count (its metadata's ``num_messages_in_batch``, 1 when unset)
+        when the caller has parsed it; else the broker entry index reads it from ``data``."""
         if self._terminated:
             raise ManagedLedgerTerminatedError(f"[{self.name}] managed ledger is terminated: no appends")
         if self._closing or self._lifecycle is not LedgerState.LEDGER_OPENED:
@@ -253,7 +255,7 @@ class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
         limit = self._client.config.entry_max_size_bytes
         base_index = None
         if self._bem is not None:  # broker entry metadata: index assigned here, in append order
-            data, base_index = self._bem.intercept(data, _now_ms())
+            data, base_index = self._bem.intercept(data, _now_ms(), num_messages)
         try:
             if len(data) > limit:
                 raise EntryTooLargeError(f"[{self.name}] entry of {len(data)} bytes exceeds the limit of {limit}")

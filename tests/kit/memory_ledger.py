@@ -247,7 +247,7 @@ class MemoryManagedLedger(ManagedLedger):
                    - bisect.bisect_right(self._positions, start_exclusive))
 
     # -- writes ---------------------------------------------------------------------------------------
-    def add_entry_nowait(self, data: bytes) -> asyncio.Future:
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         if self._closed:
             fut.set_exception(MemoryLedgerClosedError(f"[{self.name}] closed"))
@@ -256,7 +256,7 @@ class MemoryManagedLedger(ManagedLedger):
             fut.set_exception(self._fail_adds.pop(0))
             return fut
         if self._bem is not None:
-            data, _ = self._bem.intercept(bytes(data), int(time.time() * 1000))
+            data, _ = self._bem.intercept(bytes(data), int(time.time() * 1000), num_messages)
         if self._held is not None:
             self._held.append((bytes(data), fut))
             return fut

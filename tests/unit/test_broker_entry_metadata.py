@@ -64,6 +64,25 @@ def test_timestamp_only_and_replacing_an_existing_section():
     assert read_broker_entry_metadata(entry(1)) is None
 
 
+@given(st.one_of(st.none(), st.integers(0, 2**64 - 1)), st.one_of(st.none(), st.integers(0, 2**64 - 1)))
+def test_the_hand_encoded_section_is_protobufs(timestamp, index):
+    from broker.managed_ledger.interceptor import _section
+    bem = pb.BrokerEntryMetadata()
+    if timestamp is not None:
+        bem.broker_timestamp = timestamp
+    if index is not None:
+        bem.index = index
+    body = bem.SerializeToString()
+    assert _section(timestamp, index) == b"\x0e\x02" + len(body).to_bytes(4, "big") + body
+
+
+def test_a_count_the_caller_parsed_is_used():
+    icpt = BrokerEntryMetadataInterceptor(timestamp=False, index=True)
+    stored, base = icpt.intercept(entry(None), now_ms=0, num_messages=4)
+    assert (base, stored_index(stored), icpt.next_index) == (0, 3, 4)
+    assert icpt.intercept(entry(None), now_ms=0, num_messages=0)[1] == 4 and icpt.next_index == 5  # at least 1
+
+
 @given(st.lists(st.one_of(st.none(), st.integers(1, 500)), max_size=60), st.integers(0, 10**12))
 def test_indexes_are_continuous(counts, start):
     icpt = BrokerEntryMetadataInterceptor(timestamp=False, index=True, next_index=start)
@@ -87,3 +106,25 @@ def test_rollback_gives_unsent_indexes_out_again(counts, data):
     assert again == bases[failed_from]
     icpt.rollback(10**9)  # nonsense (beyond the counter) changes nothing
     assert icpt.next_index == bases[failed_from] + 1
+
+
+def test_broker_settings_default_on_accept_pulsar_names_and_refuse_unknown_ones(tmp_path):
+    import dataclasses
+
+    from broker.config import BrokerConfig
+    from broker.managed_ledger.config import ManagedLedgerConfig
+    from broker.process import _MANAGED_LEDGER_RENAMES
+    from magnetar.config import derive
+    from magnetar.errors import ConfigError
+
+    config = BrokerConfig(data_dir=tmp_path, zookeeper="z:1")
+    config.validate()
+    assert config.broker_entry_metadata_interceptors == ("timestamp", "index")
+    assert config.exposing_broker_entry_metadata_to_client_enabled is False
+    ml = derive(ManagedLedgerConfig, config, prefix="managed_ledger_", renames=_MANAGED_LEDGER_RENAMES)
+    assert ml.broker_entry_metadata_interceptors == ("timestamp", "index")
+    pulsar_names = dataclasses.replace(config, broker_entry_metadata_interceptors=(
+        "org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor",))
+    pulsar_names.validate()
+    with pytest.raises(ConfigError, match="broker_entry_metadata_interceptors: unknown"):
+        dataclasses.replace(config, broker_entry_metadata_interceptors=("stamp",)).validate()

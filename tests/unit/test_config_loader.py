@@ -242,7 +242,7 @@ def test_storage_and_replication_settings_flow_from_broker_toml() -> None:
     assert derive(ManagedLedgerConfig, broker, prefix="managed_ledger_", renames=_MANAGED_LEDGER_RENAMES) == \
         ManagedLedgerConfig(ensemble_size=5, write_quorum_size=3, ack_quorum_size=2, max_entries_per_ledger=7,
                             max_size_per_ledger_bytes=8, max_ledger_rollover_time_s=9.0, cursor_persist_interval_ms=10,
-                            broker_entry_metadata_interceptors=("timestamp", "index"))
+                            broker_entry_metadata_interceptors=("timestamp", "index"))  # the broker's default
     assert derive(LedgerClientConfig, broker, prefix="managed_ledger_", renames=_QUORUM_RENAMES) == \
         LedgerClientConfig(ensemble_size=5, write_quorum_size=3, ack_quorum_size=2)
     assert derive(ReplicationSettings, broker, prefix="replication_", renames=_REPLICATION_RENAMES) == \

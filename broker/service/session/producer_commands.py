@@ -112,10 +112,12 @@ def handle_send(conn: "Connection", frame: "Frame") -> None:
                                    f"{conn.config.max_message_size_bytes} bytes")
     if (send.marker and not producer.is_replicator) or send.txnid_most_bits or send.txnid_least_bits:
         raise NotAllowedError("markers and transactional messages cannot be published by clients")
-    check_delivery_delay(producer.topic, frame.metadata)
+    md = frame.metadata
+    check_delivery_delay(producer.topic, md)
     producer.topic.publish(producer, frame.entry, sequence_id=send.sequence_id,
                            highest_sequence_id=send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
-                           num_messages=send.num_messages, marker=send.marker, received_s=received)
+                           num_messages=send.num_messages, marker=send.marker, received_s=received,
+                           entry_messages=md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1)
 
 
 async def handle_close_producer(conn: "Connection", frame: "Frame") -> None:

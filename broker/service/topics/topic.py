@@ -235,10 +235,13 @@ class Topic(TopicSubscriptions, TopicCommon):
         return self.dedup.last_sequence_id(producer_name)
 
     def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
-                num_messages: int, marker: bool = False, received_s: Optional[float] = None) -> None:
+                num_messages: int, marker: bool = False, received_s: Optional[float] = None,
+                entry_messages: Optional[int] = None) -> None:
         """Stores one SEND's entry (or answers a duplicate); the producer sends the receipt in order.
         ``num_messages`` is the SEND's count (0 when the client left it out: one message); ``received_s``
-        (``time.perf_counter()``) is when the SEND arrived, where the publish latency starts (default: now)."""
+        (``time.perf_counter()``) is when the SEND arrived, where the publish latency starts (default: now);
+        ``entry_messages``: the entry metadata's message count when the caller parsed it (the broker entry
+        index counts it; without it the managed ledger reads it from the entry)."""
         seq = sequence_id
         highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE or self.ml.terminated:
@@ -264,7 +267,7 @@ class Topic(TopicSubscriptions, TopicCommon):
         size = len(entry)
         try:
             handed = time.perf_counter()
-            fut = self.ml.add_entry_nowait(entry)
+            fut = self.ml.add_entry_nowait(entry, num_messages=entry_messages)
         except Exception as exc:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
