@@ -2,7 +2,7 @@
 listener), driven by aiokafka's ``AIOKafkaAdminClient.delete_records`` and its raw request.
 
 What must hold: records below the offset are no longer fetched (a consumer from the beginning, or one
-seeking below it, starts at it), ListOffsets earliest moves to it, the low watermark survives the broker
+seeking below it, starts at it), ListOffsets earliest (and by time) moves to it, the low watermark survives the broker
 being killed and started again (the topic opened anew), offset -1 means the high watermark, and bad
 partitions, topics or offsets get their error code and change nothing.
 """
@@ -72,6 +72,15 @@ async def _earliest(servers: str) -> int:
         await consumer.stop()
 
 
+async def _offset_for_time(servers: str, timestamp_ms: int) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return (await consumer.offsets_for_times({TP: timestamp_ms}))[TP].offset
+    finally:
+        await consumer.stop()
+
+
 async def _admin(servers: str) -> AIOKafkaAdminClient:
     admin = AIOKafkaAdminClient(bootstrap_servers=servers)
     await admin.start()
@@ -107,6 +116,7 @@ def test_delete_records_moves_the_low_watermark_durably(kafka_broker) -> None:
         finally:
             await admin.close()
         assert await _earliest(servers) == 4
+        assert await _offset_for_time(servers, 0) == 4  # by time: never below the low watermark
         assert await _read(servers, 6) == [(i, values[i]) for i in range(4, 10)]
         # a consumer positioned below the low watermark gets OFFSET_OUT_OF_RANGE and resets to it
         assert (await _read(servers, 1, seek=1)) == [(4, b"v4")]
