@@ -1,5 +1,5 @@
-"""Produce, InitProducerId, Fetch, ListOffsets: the API keys that move records."""
+"""Produce, InitProducerId, Fetch, ListOffsets, DeleteRecords: the API keys that move records."""
 
-from . import fetch, offsets, produce
+from . import delete_records, fetch, offsets, produce
 
-HANDLERS = {**produce.HANDLERS, **fetch.HANDLERS, **offsets.HANDLERS}
+HANDLERS = {**produce.HANDLERS, **fetch.HANDLERS, **offsets.HANDLERS, **delete_records.HANDLERS}

@@ -14,8 +14,9 @@ Long poll: when fewer than ``min_bytes`` were read, the handler waits for new en
 partitions' cursors (``wait_for_entries``, woken by appends), up to ``max_wait_time`` (capped by
 ``kafka_fetch_max_wait_ms``), and reads again.
 
-Offsets out of range: beyond the high watermark (the index after the last durable message) or before the
-first retained message → OFFSET_OUT_OF_RANGE (the consumer resets by its policy).
+Offsets out of range: beyond the high watermark (the index after the last durable message), before the
+first retained message or before the log start offset DeleteRecords stored (``log_start.py``) →
+OFFSET_OUT_OF_RANGE (the consumer resets by its policy).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from magnetar.errors import MagnetarError
 from magnetar.protocol.frames import split_broker_entry_metadata
 from magnetar.topic_name import InvalidTopicNameError
 
-from .. import names
+from .. import log_start, names
 from ..codec import ErrorCode
 from ..records import entry_messages, records_to_batch
 from ..structs import as_dict, make
@@ -135,6 +136,10 @@ async def _open(server: Any, ctx: Any, read: _Read, cursors: dict) -> None:
     read.topic, read.pulsar_topic = topic, pulsar_topic
     ml = topic.ml
     read.high_watermark = _high_watermark(topic)
+    if read.offset < log_start.stored(ml):  # below what DeleteRecords left
+        cursors.pop(pulsar_topic, None)
+        await _out_of_range(read, ml)
+        return
     cached = cursors.get(pulsar_topic)
     if cached is not None and cached[0] is ml and cached[1] == read.offset:
         read.cursor = cached[2]
@@ -161,7 +166,7 @@ async def _open(server: Any, ctx: Any, read: _Read, cursors: dict) -> None:
 async def _out_of_range(read: _Read, ml: Any) -> None:
     read.error = ErrorCode.OFFSET_OUT_OF_RANGE
     try:
-        read.log_start = await ml.first_index()
+        read.log_start = await log_start.log_start_offset(ml)
     except Exception:
         read.log_start = -1
 

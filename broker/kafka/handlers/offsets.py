@@ -18,7 +18,7 @@ from magnetar.errors import MagnetarError
 from magnetar.protocol.frames import split_broker_entry_metadata
 from magnetar.topic_name import InvalidTopicNameError
 
-from .. import names
+from .. import log_start, names
 from ..codec import ErrorCode
 from ..records import entry_messages
 from ..structs import as_dict, make
@@ -59,10 +59,13 @@ async def _one(server: Any, ctx: Any, name: str, index: int, timestamp: int) -> 
         if timestamp == LATEST:
             return _answer(index, ErrorCode.NONE, ml.last_confirmed_index + 1)
         if timestamp == EARLIEST:
-            return _answer(index, ErrorCode.NONE, await ml.first_index())
+            return _answer(index, ErrorCode.NONE, await log_start.log_start_offset(ml))
         if timestamp < 0:
             return _answer(index, ErrorCode.INVALID_REQUEST)
-        return await _by_time(ml, index, timestamp)
+        answer = await _by_time(ml, index, timestamp)
+        if 0 <= answer["offset"] < log_start.stored(ml):  # below what DeleteRecords left: the first kept
+            answer = await _by_time(ml, index, timestamp, at_least=log_start.stored(ml))
+        return answer
     except InvalidTopicNameError:
         return _answer(index, ErrorCode.INVALID_TOPIC_EXCEPTION)
     except (MagnetarError, NotLeaderError) as exc:
@@ -86,15 +89,19 @@ def _max_time(data: bytes) -> int:
     return max((r.timestamp for r in records), default=-1) if base >= 0 else -1
 
 
-async def _by_time(ml: Any, index: int, timestamp: int) -> dict:
-    position = await ml.find_position_by_publish_time(timestamp, _max_time)
+async def _by_time(ml: Any, index: int, timestamp: int, *, at_least: int = 0) -> dict:
+    """The first record at or after ``timestamp`` (and at offset ``at_least`` or later)."""
+    if at_least:
+        position = await ml.find_position_by_index(at_least)
+    else:
+        position = await ml.find_position_by_publish_time(timestamp, _max_time)
     while True:
         if position > ml.last_confirmed_position:  # the tail: every entry is older
             return _answer(index, ErrorCode.NONE)
         entry = await ml.read_entry(position)
         base, records = _entry_records(entry.data)
         for i, record in enumerate(records):
-            if record.timestamp >= timestamp:
+            if record.timestamp >= timestamp and base + i >= at_least:
                 return _answer(index, ErrorCode.NONE, base + i, record.timestamp)
         position = ml.next_position(position)  # an entry without records at or after the time (a marker)
 
