@@ -32,12 +32,19 @@ class EntryReader:
         self._writers = writers
         self._handles: collections.OrderedDict[int, ReadHandle] = collections.OrderedDict()
 
-    def remember(self, handle: ReadHandle) -> None:
-        """Keeps a handle of a closed ledger (e.g. the one recovery or a rollover just produced)."""
+    def remember(self, handle: ReadHandle) -> ReadHandle:
+        """Keeps a handle of a closed ledger (e.g. the one recovery or a rollover just produced); returns the
+        handle kept. A handle opened while the ledger was still being written (its LAC what the bookies said
+        then) never replaces one that knows more: an open without recovery can finish after the writer's
+        close handed over the closed handle, and must not hide entries the closed one can read."""
+        old = self._handles.get(handle.ledger_id)
+        if old is not None and _knows_more(old, handle):
+            handle = old
         self._handles[handle.ledger_id] = handle
         self._handles.move_to_end(handle.ledger_id)
         while len(self._handles) > _READ_HANDLES_MAX:
             self._handles.popitem(last=False)
+        return handle
 
     def remember_closed_writer(self, writer: WriteHandle) -> None:
         self.remember(ReadHandle(self._client, writer.metadata, 0, writer.last_add_confirmed))
@@ -49,14 +56,15 @@ class EntryReader:
     def clear(self) -> None:
         self._handles.clear()
 
-    async def _handle(self, ledger_id: int) -> ReadHandle:
+    async def _handle(self, ledger_id: int, last_entry_id: int) -> ReadHandle:
         for writer in self._writers():
             if writer is not None and writer.ledger_id == ledger_id:
                 return ReadHandle(self._client, writer.metadata, 0, writer.last_add_confirmed)
         handle = self._handles.get(ledger_id)
+        if handle is not None and not handle.is_closed and handle.last_add_confirmed < last_entry_id:
+            handle = None  # opened while the ledger was written: it has been closed since, or confirmed more
         if handle is None:
-            handle = await self._client.open_ledger(ledger_id, recovery=False)
-            self.remember(handle)
+            handle = self.remember(await self._client.open_ledger(ledger_id, recovery=False))
         else:
             self._handles.move_to_end(ledger_id)
         return handle
@@ -82,7 +90,7 @@ class EntryReader:
                    and missing[j].entry_id == missing[j - 1].entry_id + 1):
                 j += 1
             try:
-                handle = await self._handle(first.ledger_id)
+                handle = await self._handle(first.ledger_id, missing[j - 1].entry_id)
                 for e in await handle.read(first.entry_id, missing[j - 1].entry_id):
                     found[Position(e.ledger_id, e.entry_id)] = e.payload
             except (BookieError, MetadataError) as e:
@@ -91,3 +99,10 @@ class EntryReader:
                 raise error from e
             i = j
         return [Entry(p, found[p]) for p in positions]
+
+
+def _knows_more(old: ReadHandle, new: ReadHandle) -> bool:
+    """Whether ``old`` can read more of its ledger than ``new``: closed beats open, then the higher LAC."""
+    if old.is_closed != new.is_closed:
+        return old.is_closed
+    return old.last_add_confirmed > new.last_add_confirmed
