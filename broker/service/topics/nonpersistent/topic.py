@@ -149,8 +149,11 @@ class NonPersistentTopic(TopicCommon):
         """A producer's ``initial_subscription_name``: subscriptions exist only with consumers here."""
 
     def publish(self, producer: "Producer", entry: bytes, *, sequence_id: int, highest_sequence_id: Optional[int],
-                num_messages: int, marker: bool = False, received_s: Optional[float] = None) -> None:
-        """Offers the entry to every subscription now and answers the receipt ``(0, 0)`` at once."""
+                num_messages: int, marker: bool = False, received_s: Optional[float] = None,
+                entry_messages: Optional[int] = None) -> None:
+        """Offers the entry to every subscription now and answers the receipt ``(0, 0)`` at once.
+        ``entry_messages`` (the persistent topic's hint for broker entry indexes) means nothing here: nothing
+        is stored, so nothing is indexed."""
         seq = sequence_id
         highest = highest_sequence_id
         if self.state is not TopicState.ACTIVE:
