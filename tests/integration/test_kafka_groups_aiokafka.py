@@ -5,11 +5,11 @@ committed offsets let a new consumer of the group resume after both brokers rest
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from tests.kit.brokers import start_brokers
+from tests.kit.wait import wait_for_async
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,11 +59,7 @@ class Member:
 
 
 async def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await wait_for_async(predicate, timeout_s, interval_s=0.05, what=what)
 
 
 def owned_exactly_once(members: list[Member]) -> bool:

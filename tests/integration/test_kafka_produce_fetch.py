@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 
 import pulsar
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kit.brokers import start_brokers
+from tests.kit.wait import wait_for_async
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -227,6 +230,17 @@ def test_an_idempotent_producers_retried_batch_is_stored_once(kafka_brokers) -> 
     asyncio.run(scenario())
 
 
+def _fetch_requests(brokers) -> float:
+    """Kafka Fetch requests the brokers have taken (``magnetar_broker_kafka_requests_total{api="Fetch"}``)."""
+    total = 0.0
+    for broker in brokers:
+        with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=10) as response:
+            for family in text_string_to_metric_families(response.read().decode()):
+                total += sum(x.value for x in family.samples
+                             if x.name == "magnetar_broker_kafka_requests_total" and x.labels.get("api") == "Fetch")
+    return total
+
+
 def test_fetch_long_poll_waits_for_max_wait_and_wakes_on_a_new_record(kafka_brokers) -> None:
     from aiokafka import AIOKafkaClient
     from aiokafka.protocol.fetch import FetchRequest
@@ -253,8 +267,11 @@ def test_fetch_long_poll_waits_for_max_wait_and_wakes_on_a_new_record(kafka_brok
             assert empty.topics[0][1][0][-1] == b""  # nothing new: answered empty after max_wait
 
             started = time.monotonic()
+            fetches = await asyncio.to_thread(_fetch_requests, kafka_brokers)
             poll = asyncio.create_task(client.send(leader, request(20_000)))
-            await asyncio.sleep(0.5)  # the fetch is parked before the record arrives (not a settle: the test's point)
+            # the record must arrive while the fetch is parked: wait until a broker has taken the request
+            await wait_for_async(lambda: asyncio.to_thread(lambda: _fetch_requests(kafka_brokers) > fetches), 10,
+                                 interval_s=0.02, what="the long-poll fetch taken by the broker")
             await producer.send_and_wait("polled", b"second")
             answer = await asyncio.wait_for(poll, 15)
             woke_s = time.monotonic() - started
