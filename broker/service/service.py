@@ -296,6 +296,7 @@ class BrokerService:
             own = await self._own_topic_policies(topic_name)  # the topic's publish rate, when it has one
             if self._closed:
                 raise ServiceNotReadyError("the broker is shutting down")
+            await self._check_still_owned(key)
             self._topics[key] = NonPersistentTopic(self, topic_name, policies, own_topic_policies=own)
             log.info("[%s] loaded (non-persistent)", key)
             return self._topics[key]
@@ -315,10 +316,24 @@ class BrokerService:
         if self._closed:
             await topic.close()
             raise ServiceNotReadyError("the broker is shutting down")
-        self._topics[key] = topic
+        try:
+            await self._check_still_owned(key)
+        except ServiceNotReadyError:
+            await asyncio.shield(topic.close())
+            raise
+        self._topics[key] = topic  # no await since the check: a bundle unload from now on finds the topic
         log.info("[%s] loaded (%d subscriptions, dedup %s)", key, len(topic.subscriptions),
                  topic.dedup.stats_status())
         return topic
+
+    async def _check_still_owned(self, key: str) -> None:
+        """Ownership again, once a topic is loaded and before it is registered. A load takes awaits (the
+        managed ledger opens, cursors recover); the topic's bundle may have been split or unloaded meanwhile,
+        and that unload only closes topics already registered. A topic registered after it would be served
+        here while another broker owns it, its clients split between two copies (Pulsar checks again too)."""
+        if not await self.ownership.is_owned_by_me(key):
+            log.info("[%s] its bundle moved while the topic was loading; not serving it", key)
+            raise ServiceNotReadyError(f"topic {key} moved while it was being loaded; look it up again")
 
     async def unload_topic(self, name: str) -> bool:
         """Closes the topic here: clients are told to reconnect (they look it up again), cursors flushed,

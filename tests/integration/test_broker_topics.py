@@ -237,3 +237,41 @@ def test_service_facade_lifecycle_is_idempotent(broker):
         await svc.close()
         await svc.close()
     broker.run(scenario)
+
+
+class _MovesWhileLoading:
+    """The broker's ownership, except that the bundle is gone after the first check (a split or an unload
+    that lands while the topic's managed ledger is being opened)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.checks = 0
+
+    async def lookup(self, topic, **kwargs):
+        return await self.inner.lookup(topic, **kwargs)
+
+    async def is_owned_by_me(self, topic: str) -> bool:
+        self.checks += 1
+        return self.checks == 1
+
+
+@pytest.mark.parametrize("kind", ["persistent", "non-persistent"])
+def test_a_topic_whose_bundle_moved_while_it_loaded_is_not_served(broker, kind):
+    # regression: a topic loading while its bundle was split was registered after the split had unloaded the
+    # bundle's topics; the broker kept serving it while the new owner served it too (consumers on one copy,
+    # producers on the other: acknowledged messages never delivered)
+    from broker.service import ServiceNotReadyError
+
+    async def scenario():
+        ownership = _MovesWhileLoading(broker.ownership)
+        svc = BrokerService(config=broker.service.config, ml_factory=broker.ml_factory,
+                            configuration_store=broker.config_store, ownership=ownership, cluster_name="x",
+                            registry=prometheus_client.CollectorRegistry())
+        name = f"{kind}://public/default/moved-{time.monotonic_ns()}"
+        try:
+            with pytest.raises(ServiceNotReadyError, match="moved while it was being loaded"):
+                await svc.get_topic(name, create=True)
+            assert ownership.checks == 2 and name not in svc.topics()
+        finally:
+            await svc.close()
+    broker.run(scenario)
