@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 DATA_DIR ?= .magnetar/demo
 PYTEST_ARGS ?=
 
-.PHONY: test demo install zookeeper prometheus down proto clean
+.PHONY: test demo install zookeeper prometheus fuse down proto clean
 
-install: $(STAMP) zookeeper prometheus
+install: $(STAMP) zookeeper prometheus fuse
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required" >&2; exit 1; }
@@ -23,6 +23,9 @@ zookeeper:
 
 prometheus:
 	@scripts/ensure-prometheus
+
+fuse:
+	@scripts/ensure-fuse
 
 test: install
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
