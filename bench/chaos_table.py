@@ -4,7 +4,8 @@
     sudo .venv/bin/python bench/chaos_table.py --faults link-cut,brokers-killed --hold-s 30 --rate 500
 
 Starts two regions in network namespaces 40 ms ± 5 ms apart (tests/kit/netns_regions.py; the first region's
-first bookie on a 128 MiB tmpfs for the disk-full fault), runs each fault with a producer and a consumer in
+first bookie on a 128 MiB tmpfs for the disk-full fault, its second on a FUSE mount for the slow-disk fault,
+tests/kit/slow_disk.py), runs each fault with a producer and a consumer in
 every region (tests/kit/chaos_run.py), checks every region's contents after healing and prints the table:
 fault, duration, messages acknowledged, lost, duplicated, out of order, max replication delay, time to drain.
 Exits 1 when a message was lost, duplicated or reordered, or a fault did not do what it must. Needs root.
@@ -25,6 +26,7 @@ from tests.kit.chaos_report import table  # noqa: E402
 from tests.kit.chaos_run import FAULTS, MORE_FAULTS, fault_actions, run_fault  # noqa: E402
 from tests.kit.disk import SmallDisk  # noqa: E402
 from tests.kit.netns_regions import start_netns_regions  # noqa: E402
+from tests.kit.slow_disk import SlowDisk  # noqa: E402
 
 
 def main() -> int:
@@ -35,6 +37,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="msg/s of the producer in each region")
     parser.add_argument("--delay-ms", type=float, default=40.0)
     parser.add_argument("--jitter-ms", type=float, default=5.0)
+    parser.add_argument("--slow-fsync-ms", type=float, default=200.0,
+                        help="how long each fsync of the slow disk takes (bookie-disk-slow)")
     args = parser.parse_args()
     chosen = [f.strip() for f in args.faults.split(",") if f.strip()]
     unknown = sorted(set(chosen) - set(known))
@@ -46,13 +50,14 @@ def main() -> int:
         return 2
     base = pathlib.Path(tempfile.mkdtemp(prefix="magnetar-chaos-"))
     rows, bad = [], []
-    with SmallDisk(base / "disk", size_bytes=128 << 20) as disk:
+    with SmallDisk(base / "disk", size_bytes=128 << 20) as disk, SlowDisk(base / "slow-disk") as slow_disk:
         dep = start_netns_regions(["east", "west"], base, delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
-                                  bookie_data_dirs={"east-bookie-1": disk.path / "data"})
-        dep.disk = disk
+                                  bookie_data_dirs={"east-bookie-1": disk.path / "data",
+                                                    "east-bookie-2": slow_disk.mount})
+        dep.disk, dep.slow_disk = disk, slow_disk
         try:
             for fault in chosen:
-                seen, actions = fault_actions(dep, "east", "west")
+                seen, actions = fault_actions(dep, "east", "west", slow_fsync_ms=args.slow_fsync_ms)
                 start, end = actions[fault]
                 result = run_fault(dep, fault, start=start, end=end, tmp=base / fault, rate=args.rate,
                                    duration_s=args.hold_s + 8.0, lead_s=3.0, hold_s=args.hold_s)
@@ -62,6 +67,7 @@ def main() -> int:
                 if any(c.lost or c.duplicated or c.out_of_order for c in result.checks) or not all(seen.values()):
                     bad.append(fault)
         finally:
+            slow_disk.unblock()  # a bookie blocked in an fsync of the mount cannot die before it is answered
             dep.stop()
     print("\n" + table(rows))
     if bad:

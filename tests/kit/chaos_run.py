@@ -141,15 +141,19 @@ def _fails(call) -> bool:
 
 
 FAULTS = ("link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed", "bookie-disk-full")
-# Not in the test suite (time), in bench/chaos_table.py: a bookie SIGSTOPped, as a disk that stopped answering
-# (this kernel has no dm-delay and there is no FUSE library here, so a *slow* disk is not modelled).
-MORE_FAULTS = ("bookie-paused", "config-store-killed")
+# Not in the test suite (time), in bench/chaos_table.py: a bookie SIGSTOPped, as a disk that stopped answering,
+# and a bookie whose disk is slow (tests/kit/slow_disk.py; tests/chaos/test_slow_disk.py has it in the suite).
+MORE_FAULTS = ("bookie-paused", "config-store-killed", "bookie-disk-slow")
+SLOW_FSYNC_MS = 200.0
 
 
-def fault_actions(dep: ApartRegions, local: str, remote: str) -> tuple[dict[str, bool], dict[str, tuple]]:
+def fault_actions(dep: ApartRegions, local: str, remote: str, *,
+                  slow_fsync_ms: float = SLOW_FSYNC_MS) -> tuple[dict[str, bool], dict[str, tuple]]:
     """(what each fault must have caused, checked while it lasts; {fault: (start, end)}) for faults hitting
     region ``local`` (and its link to ``remote``). ``bookie-disk-full`` needs ``dep.disk``: a
-    :class:`~tests.kit.disk.SmallDisk` holding the data of ``local``'s first bookie."""
+    :class:`~tests.kit.disk.SmallDisk` holding the data of ``local``'s first bookie; ``bookie-disk-slow``
+    needs ``dep.slow_disk``: a :class:`~tests.kit.slow_disk.SlowDisk` mounted as the data folder of another
+    of ``local``'s bookies (every fsync of it takes ``slow_fsync_ms`` while the fault lasts)."""
     here = dep.regions[local]
     seen: dict[str, bool] = {}
 
@@ -197,6 +201,15 @@ def fault_actions(dep: ApartRegions, local: str, remote: str) -> tuple[dict[str,
         dep.disk.free()
         bookie.restart(timeout_s=90)
 
+    slow_delayed_at_start = [0]
+
+    def slow_disk():
+        slow_delayed_at_start[0] = dep.slow_disk.slow(fsync_ms=slow_fsync_ms)["fsyncs_delayed"]
+
+    def normal_disk():
+        delayed = dep.slow_disk.normal()["fsyncs_delayed"] - slow_delayed_at_start[0]
+        seen[f"fsyncs delayed ({delayed})"] = delayed > 0
+
     return seen, {
         "link-cut": (lambda: dep.cut(local, remote), lambda: dep.heal(local, remote)),
         "config-store-paused": (pause_config_store, resume_config_store),
@@ -204,5 +217,6 @@ def fault_actions(dep: ApartRegions, local: str, remote: str) -> tuple[dict[str,
         "brokers-killed": (lambda: here.stop_brokers(), lambda: here.start_brokers(timeout_s=90)),
         "bookie-disk-full": (fill_disk, heal_disk),
         "bookie-paused": (bookie.process.pause, bookie.process.resume),
+        "bookie-disk-slow": (slow_disk, normal_disk),
         "config-store-killed": (kill_config_store, lambda: dep.config_store.start(timeout_s=90)),
     }
