@@ -1,7 +1,9 @@
 """A bookie's disk made slow (issue 18): one bookie's data folder on a FUSE mount whose fsyncs wait 200 ms.
 
 Real bookie and broker processes, a real ZooKeeper, pulsar-client as the application, and
-:class:`tests.kit.slow_disk.SlowDisk` as the fault. A synchronous producer sends while the fault holds.
+:class:`tests.kit.slow_disk.SlowDisk` as the fault (checked first on its own: files pass through, fsyncs take
+at least the delay, a stall holds them, stopping it with a writer blocked leaves no mount and no hang). A
+synchronous producer sends while the fault holds.
 
 * E/Qw/Qa 3/3/2: every entry goes to all three bookies and is acknowledged by the first two. With one
   bookie's fsyncs 200 ms long, a publish waits 200 ms only if *both* other bookies are that late, which
@@ -19,7 +21,10 @@ bookies killed first, then the FUSE process and its mount.
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
+import subprocess
+import sys
 import threading
 import time
 
@@ -29,10 +34,10 @@ import pytest
 from tests.kit.bookies import BookieProcess
 from tests.kit.brokers import start_brokers
 from tests.kit.exposition import samples, scrape
-from tests.kit.slow_disk import SlowDisk, fuse_available
+from tests.kit.slow_disk import SlowDisk, SlowDiskError, fuse_available
 from tests.kit.wait import wait_for
 
-pytestmark = [pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 DELAY_MS = 200
 DELAY_S = DELAY_MS / 1000.0
@@ -133,6 +138,73 @@ def _summary(latencies: list[float]) -> str:
     return (f"{len(ordered)} publishes, p50 {ordered[len(ordered) // 2] * 1000:.0f} ms, "
             f"p99 {ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000:.0f} ms, "
             f"max {ordered[-1] * 1000:.0f} ms, {_share_at_least(latencies, DELAY_S):.1%} >= {DELAY_MS} ms")
+
+
+def test_the_mount_passes_files_through_delays_and_stalls_fsyncs_and_unmounts_with_a_writer_blocked(tmp_path):
+    """The fault itself: files land in the backing folder, fsyncs take at least the delay, a stall holds an
+    fsync until released, a bad command changes nothing, and stop() leaves no mount and no process even with
+    a writer blocked in a stalled fsync (it gets an error, it does not hang)."""
+    _fuse_ready()
+    disk = SlowDisk(tmp_path / "disk")
+    try:
+        disk.start()
+        (disk.mount / "sub").mkdir()
+        target = disk.mount / "sub" / "f"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"x" * 5000)
+            disk.slow(fsync_ms=DELAY_MS)
+            started = time.monotonic()
+            os.fdatasync(fd)
+            assert time.monotonic() - started >= DELAY_S
+        finally:
+            os.close(fd)
+        os.rename(target, disk.mount / "sub" / "g")
+        assert (disk.backing / "sub" / "g").read_bytes() == b"x" * 5000
+        assert disk.stats()["fsyncs_delayed"] >= 1
+
+        with pytest.raises(SlowDiskError, match="between 0 and"):
+            disk.slow(fsync_ms=-1)
+        with pytest.raises(SlowDiskError, match="unknown command"):
+            disk._command({"cmd": "explode"})
+        assert disk.stats()["fsync_delay_ms"] == DELAY_MS
+
+        disk.stall()
+        fsync_done = threading.Event()
+
+        def fsync_on_mount():
+            fd = os.open(disk.mount / "sub" / "g", os.O_WRONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_done.set()
+
+        thread = threading.Thread(target=fsync_on_mount, daemon=True)
+        thread.start()
+        wait_for(lambda: disk.stats()["fsyncs_blocked_now"] == 1, 10, what="the fsync blocked")
+        assert not fsync_done.is_set()
+        disk.release()
+        assert fsync_done.wait(10), "the fsync did not return once released"
+        disk.normal()
+
+        # A writer blocked in a stalled fsync when the disk is stopped gets an error and ends.
+        disk.stall()
+        writer = subprocess.Popen([sys.executable, "-c", "import os,sys; fd = os.open(sys.argv[1], os.O_WRONLY); "
+                                   "os.fsync(fd)", str(disk.mount / "sub" / "g")], stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: disk.stats()["fsyncs_blocked_now"] == 1, 10, what="the writer's fsync blocked")
+            disk.stop()
+            assert writer.wait(timeout=10) != 0
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
+    finally:
+        disk.stop()
+    assert not os.path.ismount(disk.mount)
+    assert str(disk.mount) not in pathlib.Path("/proc/self/mounts").read_text()
+    assert not disk.process.alive
 
 
 def test_one_slow_disk_of_three_does_not_slow_publishes_with_ack_quorum_two(tmp_path, zk_connect, cleanup):
