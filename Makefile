@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 .PHONY: test demo install zookeeper prometheus fuse down proto clean
 
-install: $(STAMP) zookeeper prometheus fuse
+install: $(STAMP) zookeeper prometheus
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required" >&2; exit 1; }
@@ -27,7 +27,7 @@ prometheus:
 fuse:
 	@scripts/ensure-fuse
 
-test: install
+test: install fuse
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 demo: install
