@@ -5,7 +5,9 @@ ZooKeeper and three bookies. Process kinds (how to run a ZooKeeper, a bookie, ..
 ``clusters.kinds``; the supervisor and the data-dir files it keeps in ``clusters.supervisor`` and
 ``clusters.runtime``; the `up`, `down` and `status` commands in ``clusters.commands``; the CA,
 certificates and tokens of a topology with proxies in ``clusters.security``; the deployment's Prometheus
-(a ``[prometheus]`` table) in ``clusters.prometheus``.
+(a ``[prometheus]`` table) in ``clusters.prometheus``; regions apart (``[network] mode = "netns"``, ``magnetar up
+--netns``) in ``clusters.netns`` (namespaces and addresses), ``clusters.wan_relay`` (the delayed link) and
+``clusters.network`` (the relay's process kind, ``magnetar netns``).
 """
 
 import pathlib

@@ -12,6 +12,10 @@ only while their start time matches (``clusters.runtime``).
 
 ``status`` reads ``state.json`` and checks each recorded process is still the one that was started.
 
+``up --netns`` (or ``[network] mode = "netns"``) runs every region in its own network namespace
+(``clusters.network``); ``down`` then also removes the namespaces ``state.json`` records, also when the
+supervisor is gone.
+
 Exit codes: ``up`` 0 running (detached) or stopped on request (foreground), 1 refused or failed;
 ``down`` 0 all gone (or nothing was running), 1 something is left; ``status`` 0 everything healthy,
 1 a process is dead or the supervisor is gone, 3 nothing runs.
@@ -34,7 +38,9 @@ from rich.table import Table
 
 from magnetar.net import is_listening
 
+from . import netns
 from .kinds import KINDS, Plan, make_plan
+from .network import namespace_at
 from .runtime import DataDir, describe_exit, group_alive, is_alive, now_iso, stop_groups
 from .supervisor import DAEMON_ENV, POLL_S, Supervisor
 from .supervisor import log as supervisor_log
@@ -72,12 +78,21 @@ def _refusal(ddir: DataDir) -> Optional[str]:
     return None
 
 
-def up(topology_path: pathlib.Path | str, data_dir: pathlib.Path | str, *, detach: bool = False) -> int:
-    """``magnetar up``: see the module docstring. Raises ConfigError for a bad topology file."""
+def up(topology_path: pathlib.Path | str, data_dir: pathlib.Path | str, *, detach: bool = False,
+       netns_mode: bool = False) -> int:
+    """``magnetar up``: see the module docstring. Raises ConfigError for a bad topology file.
+
+    ``netns_mode``: run the regions apart whatever the topology's ``[network] mode`` says (``--netns``).
+    """
     topology = load(topology_path)
+    if netns_mode:
+        topology = topology.with_netns()
     ddir = DataDir(data_dir)
     ddir.prepare()
     refusal = _refusal(ddir)
+    if refusal is None and topology.netns:
+        why_not = netns.available()
+        refusal = f"regions apart (--netns) need network namespaces: {why_not}" if why_not else None
     if refusal:
         _console(stderr=True).print(f"[red]refused:[/red] {refusal}")
         return 1
@@ -124,7 +139,8 @@ def _supervise(topology: Topology, ddir: DataDir, *, daemon: bool) -> int:
 
 def _up_detached(plan: Plan, ddir: DataDir) -> int:
     topology = plan.topology
-    argv = [sys.executable, "-m", "magnetar", "up", str(topology.path), "--data-dir", str(ddir.root)]
+    argv = [sys.executable, "-m", "magnetar", "up", str(topology.path), "--data-dir", str(ddir.root),
+            *(["--netns"] if topology.netns else [])]
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{DAEMON_ENV: "1"})
     with open(ddir.supervisor_log, "ab") as out:
         out.write(f"\n===== {now_iso()} detached supervisor: {' '.join(argv)}\n".encode())
@@ -175,6 +191,7 @@ def _up_detached(plan: Plan, ddir: DataDir) -> int:
 def _print_summary(ddir: DataDir, state: dict[str, Any], *, foreground: bool) -> None:
     out = _console()
     out.print(_table(state, title=f"{state['name']}: running (supervisor pid {state['supervisor']['pid']})"))
+    _print_network(state, out)
     out.print(f"endpoints: {ddir.topology_path}", markup=False)
     for record in state["processes"]:
         if record["kind"] == "prometheus":
@@ -261,6 +278,7 @@ def status(data_dir: pathlib.Path | str, *, as_json: bool = False) -> int:
             "message": state["message"],
             "supervisor": {**sup, "alive": sup_alive},
             "processes": [{**r, "state": e, "recorded_state": r["state"]} for r, e in rows],
+            "network": state.get("network"),
             "exit_code": code,
         }
         print(json.dumps(report, indent=2))
@@ -270,11 +288,25 @@ def status(data_dir: pathlib.Path | str, *, as_json: bool = False) -> int:
     else:
         title = f"{state['name']}: {state['status']}, supervisor (pid {sup['pid']}) is gone"
     out.print(_table(state, title=title))
+    _print_network(state, out)
     if state["message"]:
         out.print(state["message"], markup=False)
     if code == 1 and not sup_alive and anything_alive:
         out.print(f"processes are left without a supervisor: `magnetar down --data-dir {ddir.root}` stops them", markup=False)
     return code
+
+
+def _print_network(state: dict[str, Any], out: Console) -> None:
+    """With regions apart: each region's namespace and addresses, and the link between regions."""
+    network = state.get("network")
+    if not network:
+        return
+    out.print(f"regions apart: {network['latency_ms']:g} ± {network['jitter_ms']:g} ms each way between regions "
+              f"(wan relay, `magnetar netns cut|heal`); configuration store and relay in namespace "
+              f"{network['wan_namespace']}", markup=False)
+    for name, region in network["regions"].items():
+        out.print(f"  {name}: namespace {region['namespace']}, clients use {region['public_address']}, servers and "
+                  f"probes {region['direct_address']}", markup=False)
 
 
 # -- down ---------------------------------------------------------------------------------------------------
@@ -294,7 +326,7 @@ def down(data_dir: pathlib.Path | str) -> int:
         group_alive(r["pid"], r["start_ticks"]) for r in started(state)
     ):
         out.print(f"nothing is running in {ddir.root}", markup=False)
-        return 0
+        return _remove_network(ddir, state, out)
     grace_s = float(state.get("stop_grace_s", 10.0))
     if is_alive(sup["pid"], sup["start_ticks"]):
         out.print(f"stopping the supervisor (pid {sup['pid']}) ...", markup=False)
@@ -317,21 +349,40 @@ def down(data_dir: pathlib.Path | str) -> int:
                 record.update(state="stopped", ended_at=now_iso())
         state.update(status="stopped", message="stopped by `magnetar down` (the supervisor was gone)")
         ddir.write_state(state)
-    return _verify_gone(ddir, state, out)
+    code = _verify_gone(ddir, state, out)
+    return max(code, _remove_network(ddir, state, out))
+
+
+def _remove_network(ddir: DataDir, state: dict[str, Any], out: Console) -> int:
+    """Removes the namespaces of a deployment whose regions were apart (all of its prefix): 0 when none is left.
+
+    Its supervisor removes them when it stops; this is for a supervisor that was killed, or died half way."""
+    network = state.get("network")
+    if not network or not netns.namespaces_with_prefix(network["prefix"]):
+        return 0
+    left = netns.remove(netns.Layout.from_document(network))
+    if left:
+        out.print(f"network namespaces left: {', '.join(left)} (removing them needs root)", markup=False)
+        return 1
+    out.print(f"removed the network namespaces of {ddir.root} ({network['prefix']}*)", markup=False)
+    return 0
 
 
 def _verify_gone(ddir: DataDir, state: dict[str, Any], out: Console) -> int:
     """Waits (bounded) until no recorded process runs and no recorded port listens."""
     records = [r for r in state["processes"] if r.get("pid")]
     sup = state["supervisor"]
+    network = state.get("network")
     deadline = time.monotonic() + 10
     while True:
         alive = [r["name"] for r in records if group_alive(r["pid"], r["start_ticks"])]
         if is_alive(sup["pid"], sup["start_ticks"]):
             alive.append(f"the supervisor (pid {sup['pid']})")
+        present = set(netns.namespaces_with_prefix(network["prefix"])) if network else set()
         listening = [
             f"{port} ({r['name']} {name})"
             for r in records
+            if not network or namespace_at(network, r["host"]) in (None, *present)  # a gone one hears nothing
             for name, port in r["ports"].items()
             if port and is_listening(r["host"], port, timeout_s=0.2)
         ]

@@ -52,6 +52,11 @@ class ProcessKind(abc.ABC):
     name: ClassVar[str]
     tier: ClassVar[int]
     shown: ClassVar[tuple[str, ...]]  # endpoint keys worth a column in `magnetar status`
+    # With regions apart (clusters.network): a wan-facing kind serves clients and other regions, so it binds
+    # every address of its region's namespace, advertises the region's public address, and the wan relay
+    # forwards its ports; a kind in the root namespace (Prometheus) stays on the host.
+    wan_facing: ClassVar[bool] = False
+    in_root_namespace: ClassVar[bool] = False
 
     @abc.abstractmethod
     def instances(self, topology: Topology) -> list[Instance]:

@@ -28,6 +28,8 @@ from magnetar.net import free_port, is_listening
 
 from . import security
 from .kind_base import GLOBAL, Instance, ProcessKind, magnetar_command
+from .netns import Layout
+from .network import WanRelayKind, layout_for
 from .prometheus import PrometheusKind
 from .topology import AutoRecoverySettings, BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
 
@@ -223,6 +225,7 @@ class BrokerKind(ProcessKind):
     name = "broker"
     tier = 20
     shown = ("pulsar", "pulsar_ssl", "http", "kafka")
+    wan_facing = True
 
     def instances(self, topology: Topology) -> list[Instance]:
         bases = {"pulsar": "port_base", "http": "http_port_base"}
@@ -246,8 +249,8 @@ class BrokerKind(ProcessKind):
         config: dict[str, Any] = {
             "broker_id": inst.name,
             "cluster": inst.region,
-            "bind_host": inst.host,
-            "advertised_host": inst.host,
+            "bind_host": plan.bind_host(inst),
+            "advertised_host": plan.advertised_host(inst),
             "port": inst.ports["pulsar"],
             "http_port": inst.ports["http"],
             "data_dir": str(plan.process_dir(inst) / "data"),
@@ -256,7 +259,7 @@ class BrokerKind(ProcessKind):
             **self.region_urls(inst.region, plan),
         }
         if "kafka" in inst.ports:
-            config["kafka_listeners"] = f"PLAINTEXT://{inst.host}:{inst.ports['kafka']}"
+            config["kafka_listeners"] = f"PLAINTEXT://{plan.bind_host(inst)}:{inst.ports['kafka']}"
         if plan.topology.secured:
             config.update(self.security_config(inst, plan))
         bookies = plan.topology.region(inst.region).bookies
@@ -304,20 +307,21 @@ class BrokerKind(ProcessKind):
         gateway, authenticated with the replicator's role), else every broker of the region."""
         proxies = [i for i in plan.instances if i.kind == "proxy" and i.region == region]
         if proxies:
-            proxy = proxies[0]
-            return {"cluster_service_url_tls": f"https://{proxy.host}:{proxy.ports['https']}",
-                    "cluster_broker_service_url_tls": f"pulsar+ssl://{proxy.host}:{proxy.ports['pulsar_ssl']}"}
-        return {"cluster_service_url_tls": "https://" + ",".join(f"{i.host}:{i.ports['https']}" for i in brokers),
+            proxy, host = proxies[0], plan.advertised_host(proxies[0])
+            return {"cluster_service_url_tls": f"https://{host}:{proxy.ports['https']}",
+                    "cluster_broker_service_url_tls": f"pulsar+ssl://{host}:{proxy.ports['pulsar_ssl']}"}
+        adv = plan.advertised_host
+        return {"cluster_service_url_tls": "https://" + ",".join(f"{adv(i)}:{i.ports['https']}" for i in brokers),
                 "cluster_broker_service_url_tls": "pulsar+ssl://" + ",".join(
-                    f"{i.host}:{i.ports['pulsar_ssl']}" for i in brokers)}
+                    f"{adv(i)}:{i.ports['pulsar_ssl']}" for i in brokers)}
 
     def region_urls(self, region: Optional[str], plan: "Plan") -> dict[str, str]:
         """``cluster_service_url`` and ``cluster_broker_service_url``: every broker of ``region``, written as
         Pulsar writes a multi-host service URL (one scheme, then ``host:port`` pairs separated by commas),
         so the cluster registered in the global store lets a remote region reach any broker of this one."""
         brokers = [i for i in plan.instances if i.kind == self.name and i.region == region]
-        http = ",".join(f"{i.host}:{i.ports['http']}" for i in brokers)
-        binary = ",".join(f"{i.host}:{i.ports['pulsar']}" for i in brokers)
+        http = ",".join(f"{plan.advertised_host(i)}:{i.ports['http']}" for i in brokers)
+        binary = ",".join(f"{plan.advertised_host(i)}:{i.ports['pulsar']}" for i in brokers)
         return {"cluster_service_url": f"http://{http}", "cluster_broker_service_url": f"pulsar://{binary}"}
 
     def is_healthy(self, inst: Instance, plan: "Plan") -> bool:
@@ -333,16 +337,19 @@ class BrokerKind(ProcessKind):
                    for p in ("pulsar", "pulsar_ssl", "https", "kafka") if p in inst.ports)
 
     def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
-        http = f"http://{inst.host}:{inst.ports['http']}"
-        found = {"broker_id": inst.name, "pulsar": f"pulsar://{inst.host}:{inst.ports['pulsar']}"}
+        # What clients use is the advertised address (lookups answer it anyway); metrics are scraped at the
+        # address the supervisor reaches the broker at (the same one, unless regions are apart).
+        host = plan.advertised_host(inst)
+        found = {"broker_id": inst.name, "pulsar": f"pulsar://{host}:{inst.ports['pulsar']}"}
         if "pulsar_ssl" in inst.ports:
-            found["pulsar_ssl"] = f"pulsar+ssl://{inst.host}:{inst.ports['pulsar_ssl']}"
-        found["http"] = http
+            found["pulsar_ssl"] = f"pulsar+ssl://{host}:{inst.ports['pulsar_ssl']}"
+        found["http"] = f"http://{host}:{inst.ports['http']}"
         if "https" in inst.ports:
-            found["https"] = f"https://{inst.host}:{inst.ports['https']}"
+            found["https"] = f"https://{host}:{inst.ports['https']}"
         if "kafka" in inst.ports:
-            found["kafka"] = f"{inst.host}:{inst.ports['kafka']}"  # a Kafka client's bootstrap_servers
-        return {**found, "metrics": f"{http}/metrics", "config": str(self.config_path(inst, plan))}
+            found["kafka"] = f"{host}:{inst.ports['kafka']}"  # a Kafka client's bootstrap_servers
+        return {**found, "metrics": f"http://{inst.host}:{inst.ports['http']}/metrics",
+                "config": str(self.config_path(inst, plan))}
 
 
 class ProxyKind(ProcessKind):
@@ -358,6 +365,7 @@ class ProxyKind(ProcessKind):
     name = "proxy"
     tier = 30
     shown = ("pulsar_ssl", "https")
+    wan_facing = True
 
     def instances(self, topology: Topology) -> list[Instance]:
         return [
@@ -385,8 +393,8 @@ class ProxyKind(ProcessKind):
             "zookeeper": plan.endpoints(plan.one(region=inst.region, slot="zookeeper"))["connect"],
             "configuration_store": global_zk,
             "data_dir": str(plan.process_dir(inst) / "data"),
-            "bind_host": inst.host,
-            "advertised_host": inst.host,
+            "bind_host": plan.bind_host(inst),
+            "advertised_host": plan.advertised_host(inst),
             "port": 0,
             "tls_port": inst.ports["pulsar_ssl"],
             "web_port": 0,
@@ -434,18 +442,18 @@ class ProxyKind(ProcessKind):
         return is_listening(inst.host, inst.ports["pulsar_ssl"], timeout_s=1)
 
     def endpoints(self, inst: Instance, plan: "Plan") -> dict[str, Any]:
-        https = f"https://{inst.host}:{inst.ports['https']}"
+        host = plan.advertised_host(inst)
         return {
-            "pulsar_ssl": f"pulsar+ssl://{inst.host}:{inst.ports['pulsar_ssl']}",
-            "https": https,
-            "metrics": f"{https}/metrics",
+            "pulsar_ssl": f"pulsar+ssl://{host}:{inst.ports['pulsar_ssl']}",
+            "https": f"https://{host}:{inst.ports['https']}",
+            "metrics": f"https://{inst.host}:{inst.ports['https']}/metrics",
             "config": str(self.config_path(inst, plan)),
         }
 
 
 KINDS: dict[str, ProcessKind] = {
-    kind.name: kind for kind in (ZooKeeperKind(), BookieKind(), AutoRecoveryKind(), BrokerKind(), ProxyKind(),
-                                 PrometheusKind())
+    kind.name: kind for kind in (ZooKeeperKind(), WanRelayKind(), BookieKind(), AutoRecoveryKind(), BrokerKind(),
+                                 ProxyKind(), PrometheusKind())
 }
 
 
@@ -459,12 +467,15 @@ class Plan:
     Attributes:
         topology: what was asked for.
         data_dir: the deployment's directory (absolute).
-        instances: sorted by tier, then in the order the topology names them.
+        instances: sorted by tier, then in the order the topology names them; ``host`` is where the supervisor
+            reaches each (with regions apart: its namespace's direct address).
+        network: the namespaces of a deployment whose regions are apart (``clusters.network``), else None.
     """
 
     topology: Topology
     data_dir: pathlib.Path
     instances: tuple[Instance, ...]
+    network: Optional[Layout] = None
 
     def process_dir(self, inst: Instance) -> pathlib.Path:
         return self.data_dir / inst.name
@@ -475,8 +486,25 @@ class Plan:
         return security.SecurityFiles(self.data_dir / "security")
 
     def hosts(self) -> list[str]:
-        """Every host a process binds: what the deployment's server certificate must name."""
-        return list(dict.fromkeys(inst.host for inst in self.instances))
+        """Every host a process is reached at: what the deployment's server certificate must name."""
+        return list(dict.fromkeys(h for inst in self.instances for h in (inst.host, self.advertised_host(inst))))
+
+    def bind_host(self, inst: Instance) -> str:
+        """The address ``inst`` listens on: every address of its namespace when it is wan-facing and regions
+        are apart (its direct one for the relay and probes, its public one for clients inside the region)."""
+        return "0.0.0.0" if self.network is not None and self.kind(inst).wan_facing else inst.host
+
+    def advertised_host(self, inst: Instance) -> str:
+        """The address ``inst`` gives clients and other regions: its region's public one when regions are apart."""
+        if self.network is not None and self.kind(inst).wan_facing and inst.region is not None:
+            return self.network.public_address(inst.region)
+        return inst.host
+
+    def exec_prefix(self, inst: Instance) -> list[str]:
+        """What runs ``inst``'s command in its network namespace (nothing when it runs on the host)."""
+        if self.network is None or self.kind(inst).in_root_namespace:
+            return []
+        return self.network.exec_prefix(inst.region)
 
     def log_path(self, inst: Instance) -> pathlib.Path:
         return self.data_dir / "logs" / f"{inst.name}.log"
@@ -508,13 +536,19 @@ def make_plan(
     *,
     remembered: Mapping[str, Mapping[str, int]] = {},
     pick_port: Callable[[str], int] = free_port,
+    network: Optional[Layout] = None,
 ) -> Plan:
     """Expands the topology and chooses every port.
 
     A port the topology fixes wins; otherwise the port remembered from an earlier ``up`` on the same data
     dir (so a restarted bookie keeps its address); otherwise ``pick_port(host)``. No two instances get the
     same port; a fixed port given twice is a ConfigError.
+
+    A ``netns`` topology's instances get the addresses of ``network`` (default: the layout
+    ``clusters.network.layout_for`` chooses now) instead of the hosts the topology names.
     """
+    if topology.netns and network is None:
+        network = layout_for(topology, data_dir)
     expanded = [inst for kind in sorted(KINDS.values(), key=lambda k: k.tier) for inst in kind.instances(topology)]
     # One owner per port number: distinct loopback addresses could share a port, but this is never wrong.
     owners: dict[int, str] = {}
@@ -544,8 +578,12 @@ def make_plan(
                     raise RuntimeError(f"could not find a free port for {inst.name} {port_name}")
             owners[port] = f"{inst.name} {port_name}"
             ports[port_name] = port
-        chosen.append(replace(inst, ports=ports))
-    return Plan(topology=topology, data_dir=pathlib.Path(data_dir).resolve(), instances=tuple(chosen))
+        host = inst.host
+        if topology.netns and not KINDS[inst.kind].in_root_namespace:
+            host = network.direct_address(inst.region)
+        chosen.append(replace(inst, ports=ports, host=host))
+    return Plan(topology=topology, data_dir=pathlib.Path(data_dir).resolve(), instances=tuple(chosen),
+                network=network if topology.netns else None)
 
 
 def dumps_toml(table: Mapping[str, Any]) -> str:

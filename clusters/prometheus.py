@@ -66,6 +66,7 @@ class PrometheusKind(ProcessKind):
     name = "prometheus"
     tier = 40
     shown = ("url",)
+    in_root_namespace = True  # with regions apart, it scrapes their direct addresses from the host
 
     def instances(self, topology: Topology) -> list[Instance]:
         s = topology.prometheus

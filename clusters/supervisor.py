@@ -9,6 +9,10 @@ every process in its own session and log file, waits until the whole tier is hea
 code -9 (SIGKILL)``) and recorded in ``state.json``, where ``status`` reports it. SIGTERM, SIGINT or SIGHUP
 stops every child, tiers in reverse, each process group SIGTERM-ed and then SIGKILL-ed after a grace period.
 
+With regions apart (``[network] mode = "netns"``, ``clusters.network``) it also builds the deployment's network
+namespaces before the first tier (the layout is in ``state.json`` before anything is built), runs each process
+inside its namespace, and removes the namespaces once every process has stopped.
+
 The commands around it (``up`` planning under the data dir's lock, ``up --detach``, ``down``, ``status``)
 are in :mod:`clusters.commands`.
 """
@@ -25,8 +29,9 @@ from typing import Any, Optional
 from magnetar.errors import MagnetarError
 from magnetar.net import is_listening
 
-from . import security
+from . import netns, security
 from .kinds import Instance, Plan
+from .network import network_document
 from .runtime import (
     STATE_VERSION,
     DataDir,
@@ -62,6 +67,7 @@ class Supervisor:
         self.dir = data_dir
         self.children: dict[str, _Child] = {}
         self.stop_signal: Optional[int] = None
+        self.network_built = False  # only namespaces this supervisor built are removed when it stops
         self.state = self._initial_state()
 
     # -- state --------------------------------------------------------------------------------------------
@@ -86,6 +92,8 @@ class Supervisor:
                 "log": str(self.dir.supervisor_log),
             },
             "processes": [self._record(inst) for inst in self.plan.instances],
+            # with regions apart: the namespaces, recorded before they are built (`down` removes them)
+            "network": network_document(self.plan),
         }
 
     def _record(self, inst: Instance) -> dict[str, Any]:
@@ -132,7 +140,7 @@ class Supervisor:
                 child = self.children.get(name) if name is not None else None
                 if child is not None:
                     log.error("last lines of %s:\n%s", child.record["log"], self.dir.log_tail(child.record["log"]))
-                self._stop_all()
+                self._stop_everything()
                 self._save("stopped" if self.stop_signal is not None else "failed", message)
                 return 1
             self._write_topology()
@@ -143,11 +151,11 @@ class Supervisor:
             self._watch()
             log.info("stopping on %s", signal.Signals(self.stop_signal).name)
             self._save("stopping")
-            self._stop_all()
+            self._stop_everything()
             self._save("stopped", f"stopped on {signal.Signals(self.stop_signal).name}")
         except BaseException:
             log.exception("supervisor failed; stopping every process")
-            self._stop_all()
+            self._stop_everything()
             self._save("failed", "the supervisor itself failed; see its log")
             code = 1
             raise
@@ -167,6 +175,10 @@ class Supervisor:
     def _start_all(self) -> Optional[tuple[Optional[str], str]]:
         """Starts tier after tier; returns (failing process or None, why) on failure, None on success."""
         timeout_s = self.plan.topology.supervisor.startup_timeout_s
+        if self.plan.network is not None:
+            failure = self._build_network()
+            if failure is not None:
+                return None, failure
         if self.plan.topology.secured:
             try:
                 self._prepare_security()
@@ -189,6 +201,28 @@ class Supervisor:
                 return failure
         return None
 
+    def _build_network(self) -> Optional[str]:
+        """Builds the deployment's namespaces; returns why not on failure (nothing of them left then)."""
+        layout = self.plan.network
+        why_not = netns.available()
+        if why_not:
+            return f"regions apart (network mode netns) need network namespaces: {why_not}"
+        left = netns.namespaces_with_prefix(layout.prefix)
+        if left:
+            return (f"network namespaces of an earlier run of {self.dir.root} are left ({', '.join(left)}); "
+                    f"remove them with `magnetar down --data-dir {self.dir.root}`")
+        self.network_built = True
+        try:
+            netns.build(layout)
+        except netns.NetnsError as err:
+            return f"cannot make the deployment's network namespaces: {err}"
+        self.state["network"]["built_at"] = now_iso()
+        self._save()
+        s = self.plan.topology.network
+        log.info("network namespaces %s built; %g ± %g ms between regions through the wan relay",
+                 ", ".join(layout.namespaces()), s.latency_ms, s.jitter_ms)
+        return None
+
     def _prepare_security(self) -> None:
         """The CA, certificates and tokens the processes' configs name, made at the first ``up`` (kept after)."""
         directory = self.plan.security.directory
@@ -199,7 +233,7 @@ class Supervisor:
             log.info("security material in %s: kept from an earlier up", directory)
 
     def _spawn(self, inst: Instance) -> None:
-        argv = self.plan.kind(inst).command(inst, self.plan)
+        argv = [*self.plan.exec_prefix(inst), *self.plan.kind(inst).command(inst, self.plan)]
         self.plan.process_dir(inst).mkdir(parents=True, exist_ok=True)
         log_path = self.plan.log_path(inst)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -261,6 +295,18 @@ class Supervisor:
         code = child.popen.returncode
         child.record.update(state=state, exit_code=code, signal=signal_name(code), ended_at=now_iso())
 
+    def _stop_everything(self) -> None:
+        self._stop_all()
+        if self.network_built:
+            self.network_built = False
+            left = netns.remove(self.plan.network)
+            self.state["network"]["removed_at"] = now_iso()
+            if left:
+                log.error("network namespaces left after removing them: %s", ", ".join(left))
+            else:
+                log.info("network namespaces removed")
+            self._save()
+
     def _stop_all(self) -> None:
         """Stops tiers in reverse order; within a tier every group at once (SIGTERM, grace, SIGKILL)."""
         grace_s = self.plan.topology.supervisor.stop_grace_s
@@ -297,6 +343,9 @@ def topology_document(plan: Plan, state: dict[str, Any]) -> dict[str, Any]:
         doc["global_zookeeper"] = None  # filled below; placed before the regions for readers
     if plan.topology.secured:
         doc["security"] = plan.security.document()
+    if plan.network is not None:
+        doc["network"] = network_document(plan)
+        doc["wan_relay"] = None  # filled below
     doc["regions"] = {region.name: {} for region in plan.topology.regions}
     for inst in plan.instances:
         record = records[inst.name]

@@ -58,6 +58,12 @@ A topology is plain TOML. Every table is optional except ``name`` and at least o
     retention_size_bytes = 268435456  # --storage.tsdb.retention.size
     enable_lifecycle = false       # --web.enable-lifecycle (POST /-/reload, /-/quit)
 
+    [network]                      # absent: every process on the host's loopback (mode = "host")
+    mode = "netns"                 # each region in its own network namespace (root only; `magnetar up --netns`
+                                   #   sets it too); hosts above are then the namespaces' addresses
+    latency_ms = 40.0              # one way between two regions, through the wan relay (clusters.netns)
+    jitter_ms = 5.0                # each chunk is delayed latency_ms ± jitter_ms, in order
+
 A topology with a proxy gets security material at its first ``up`` (``clusters.security``): a development
 CA, a server certificate for the deployment's hosts, client certificates and tokens for its roles, in
 ``<data-dir>/security/``; ``topology.json`` names them.
@@ -317,6 +323,31 @@ class PrometheusSettings:
             yield "retention_size_bytes", f"must be in [16 MiB, 1 TiB], got {self.retention_size_bytes}"
 
 
+NETWORK_MODES = ("host", "netns")
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """``[network]``: where the processes of a deployment live and what links its regions.
+
+    ``host``: every process on the host, at the hosts the topology names. ``netns``: every region in its own
+    Linux network namespace, the configuration store and the wan relay in a namespace between them, every
+    region ``latency_ms ± jitter_ms`` (one way) from every other (``clusters.netns``, ``clusters.network``).
+    """
+
+    mode: str = "host"
+    latency_ms: float = 40.0
+    jitter_ms: float = 5.0
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if self.mode not in NETWORK_MODES:
+            yield "mode", f"must be one of {', '.join(NETWORK_MODES)}, got {self.mode!r}"
+        if not 0 <= self.latency_ms <= 10_000:
+            yield "latency_ms", f"must be in [0, 10000], got {self.latency_ms}"
+        if not 0 <= self.jitter_ms <= self.latency_ms:
+            yield "jitter_ms", f"must be in [0, latency_ms = {self.latency_ms}], got {self.jitter_ms}"
+
+
 @dataclass(frozen=True)
 class Region:
     """One ``[[regions]]`` entry: a local ZooKeeper and the servers that use it."""
@@ -340,6 +371,7 @@ class Topology:
         global_zookeeper: the shared configuration store, if the topology has one.
         regions: in file order, names unique.
         prometheus: the deployment's Prometheus, if the topology has one.
+        network: host or namespaces (``[network]``; ``magnetar up --netns`` overrides its mode).
     """
 
     name: str
@@ -348,6 +380,16 @@ class Topology:
     global_zookeeper: Optional[ZooKeeperSettings]
     regions: tuple[Region, ...]
     prometheus: Optional[PrometheusSettings] = None
+    network: NetworkSettings = NetworkSettings()
+
+    @property
+    def netns(self) -> bool:
+        """Whether every region runs in its own network namespace."""
+        return self.network.mode == "netns"
+
+    def with_netns(self) -> "Topology":
+        """This topology with ``[network] mode = "netns"`` (what ``magnetar up --netns`` runs)."""
+        return dataclasses.replace(self, network=dataclasses.replace(self.network, mode="netns"))
 
     @property
     def secured(self) -> bool:
@@ -394,7 +436,7 @@ class _Parser:
         return ConfigError(f"{self.path.name}: {key}: {message}" if key else f"{self.path.name}: {message}")
 
     def topology(self, doc: dict[str, Any]) -> Topology:
-        known = {"name", "supervisor", "global_zookeeper", "regions", "prometheus"}
+        known = {"name", "supervisor", "global_zookeeper", "regions", "prometheus", "network"}
         self._no_unknown(doc, known, "")
         name = self._name(doc, "name", "")
         supervisor = self.section(SupervisorSettings, doc.get("supervisor", {}), "supervisor")
@@ -402,6 +444,7 @@ class _Parser:
         if "global_zookeeper" in doc:
             global_zk = self.section(ZooKeeperSettings, doc["global_zookeeper"], "global_zookeeper")
         prometheus = self.section(PrometheusSettings, doc["prometheus"], "prometheus") if "prometheus" in doc else None
+        network = self.section(NetworkSettings, doc.get("network", {}), "network")
         raw_regions = doc.get("regions")
         if raw_regions is None:
             raise self.error("regions", "missing: a topology needs at least one [[regions]] table")
@@ -426,6 +469,7 @@ class _Parser:
             global_zookeeper=global_zk,
             regions=tuple(regions),
             prometheus=prometheus,
+            network=network,
         )
 
     def _region(self, raw: dict[str, Any], where: str) -> Region:

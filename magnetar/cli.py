@@ -106,19 +106,23 @@ def up(
     topology: pathlib.Path = typer.Argument(..., help="Topology file, e.g. clusters/standalone.toml."),
     data_dir: pathlib.Path = typer.Option(..., "--data-dir", help="Where every process keeps its data and logs."),
     detach: bool = typer.Option(False, "--detach", help="Return once everything is healthy; leave it running."),
+    netns: bool = typer.Option(
+        False, "--netns", help="Run each region in its own network namespace, the regions latency_ms apart (the "
+        "topology's network table; default 40 ± 5 ms), whatever mode that table says. Needs root."),
 ) -> None:
     """Start every process a topology names, wait until healthy, write DATA_DIR/topology.json."""
     from clusters.commands import up as do_up
 
     try:
-        raise typer.Exit(code=do_up(topology, data_dir, detach=detach))
+        raise typer.Exit(code=do_up(topology, data_dir, detach=detach, netns_mode=netns))
     except MagnetarError as err:
         _fail(err)
 
 
 @app.command()
 def down(data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
-    """Stop every process of the deployment in DATA_DIR (process groups; nothing left listening)."""
+    """Stop every process of the deployment in DATA_DIR (process groups; nothing left listening) and remove its
+    network namespaces (a deployment run with --netns)."""
     from clusters.commands import down as do_down
 
     try:
@@ -174,6 +178,76 @@ def demo(
     except MagnetarError as err:
         _fail(err)
 
+
+netns_app = typer.Typer(help="The links between the regions of a deployment run with `magnetar up --netns`: "
+                         "show, cut, heal, change the delay.", no_args_is_help=True)
+
+
+@netns_app.command("show")
+def netns_show(
+    data_dir: pathlib.Path = typer.Option(..., "--data-dir"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Each region's namespace and addresses, the delay, the links cut now and the relay's counters."""
+    import json
+
+    from clusters.network import show
+
+    try:
+        shown = show(data_dir)
+    except MagnetarError as err:
+        _fail(err)
+    if as_json:
+        typer.echo(json.dumps(shown, indent=2))
+        return
+    relay = shown["relay"]
+    typer.echo(f"{shown['prefix']}: regions {shown['latency_ms']:g} ± {shown['jitter_ms']:g} ms apart; relay "
+               + ("not answering" if relay is None else
+                  f"{relay['delay_ms']:g} ± {relay['jitter_ms']:g} ms now, {relay['connections']} connections, "
+                  f"{relay['refused']} refused; cut: {', '.join(' <-> '.join(p) for p in relay['cut']) or 'none'}"))
+    for name, region in shown["regions"].items():
+        present = "present" if region["namespace"] in shown["namespaces_present"] else "absent"
+        typer.echo(f"  {name}: namespace {region['namespace']} ({present}), public {region['public_address']}, "
+                   f"direct {region['direct_address']}")
+
+
+def _link(action: str, a: str, b: str, data_dir: pathlib.Path) -> None:
+    from clusters.network import link
+
+    try:
+        typer.echo(link(data_dir, action, a, b))
+    except MagnetarError as err:
+        _fail(err)
+
+
+@netns_app.command("cut")
+def netns_cut(a: str = typer.Argument(..., help="A region."), b: str = typer.Argument(..., help="Another region."),
+              data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
+    """Cut the link between two regions: their connections are reset, new ones refused until `heal`."""
+    _link("cut", a, b, data_dir)
+
+
+@netns_app.command("heal")
+def netns_heal(a: str = typer.Argument(..., help="A region."), b: str = typer.Argument(..., help="Another region."),
+               data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
+    """Heal the link between two regions (their clients reconnect by themselves)."""
+    _link("heal", a, b, data_dir)
+
+
+@netns_app.command("delay")
+def netns_delay(latency_ms: float = typer.Argument(..., help="One way, between any two regions."),
+                jitter_ms: float = typer.Argument(0.0, help="Each chunk is delayed latency_ms ± jitter_ms."),
+                data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
+    """Change the delay between regions from now on (the next `up` takes the topology's again)."""
+    from clusters.network import set_delay
+
+    try:
+        typer.echo(set_delay(data_dir, latency_ms, jitter_ms))
+    except MagnetarError as err:
+        _fail(err)
+
+
+app.add_typer(netns_app, name="netns")
 
 from magnetar.admin_cli import admin_app  # noqa: E402  (sub-command registration)
 from magnetar.audit_cli import audit  # noqa: E402

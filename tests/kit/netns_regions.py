@@ -1,5 +1,5 @@
 """Regions really apart: every region's ZooKeeper, bookies and brokers in its own network namespace, the global
-configuration store in the wan namespace, and 40 ms ± 5 ms between regions through tests/kit/wan_relay.py.
+configuration store in the wan namespace, and 40 ms ± 5 ms between regions through clusters/wan_relay.py.
 
 ``start_netns_regions(["us-east", "eu-west"], tmp_path)`` returns an :class:`ApartRegions`: the usual
 :class:`~tests.kit.regions.Regions` (admin calls, stats, restarts) plus the faults of issue 18 —
@@ -20,16 +20,16 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from clusters.netns import Wan
+from clusters.wan_relay import send_command
 from magnetar import zookeeper as zk
 from magnetar.net import free_port
 
 from .bookies import BookieProcess
 from .brokers import BrokerHandle
-from .netns import Wan
 from .process import ManagedProcess, python_command
 from .regions import Region, Regions
 from .wait import wait_for
-from .wan_relay import send_command
 
 
 def _in_netns(process: ManagedProcess, prefix: list[str]) -> None:
@@ -153,7 +153,7 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
             net = wan.regions[region.name]
             ports = ",".join(str(p) for b in region.brokers for p in (b.port, b.http_port))
             routes += ["--route", f"{net.public_address}={net.direct_address}:{ports}"]
-        relay = ManagedProcess("wan-relay", [*wan.exec_prefix(), *python_command_module("tests.kit.wan_relay"),
+        relay = ManagedProcess("wan-relay", [*wan.exec_prefix(), *python_command_module("clusters.wan_relay"),
                                              "--control", control, "--delay-ms", str(delay_ms),
                                              "--jitter-ms", str(jitter_ms), *routes],
                                log_path=base_dir / "logs" / "wan-relay.log", cwd=pathlib.Path.cwd(),
