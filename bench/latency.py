@@ -21,8 +21,9 @@ Systems, each started here in a temporary directory on the same disk and stopped
   1,000 messages / 128 KiB / ``--batch-delay-ms`` per batch); ``magnetar`` = Magnetar's asyncio client,
   each tick's due messages sent as one pre-built batch entry. At the end the broker's and bookies' stage
   histograms of each point are printed (``magnetar perf --stages-from``'s table).
-* ``nats``: ``nats-server`` with JetStream file storage, nats-py ``publish_async`` (see bench/latency_peers.py).
-* ``redis``: ``redis-server`` with ``appendfsync always``, redis-py pipelines of ``XADD``.
+* ``nats``: ``nats-server`` with JetStream file storage; nats-py, one connection (see bench/latency_peers.py).
+* ``redis``: ``redis-server`` with ``appendfsync always``; redis-py ``XADD`` pipelined over
+  ``--redis-connections`` connections.
 
 A peer whose server binary or client is missing is skipped with a line saying how to install it
 (``scripts/ensure-bench-peers``); the run goes on. ``--profile DIR`` records py-spy (raw collapsed stacks,
@@ -107,6 +108,27 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def parse_settings(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["flush_interval_ms=200", "direct_io=false"]`` -> {"flush_interval_ms": 200, "direct_io": False}."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"a setting is KEY=VALUE, not {pair!r}")
+        value: Any = text.strip()
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    continue
+        out[key.strip()] = value
+    return out
+
+
 def parse_rates(text: str) -> list[float]:
     """``"1000,10k,50000"`` -> [1000.0, 10000.0, 50000.0]; every rate positive."""
     rates = []
@@ -132,7 +154,9 @@ def parse_rates(text: str) -> list[float]:
 class Magnetar:
     """A local deployment (the test kit's processes): ZooKeeper, bookies, one broker."""
 
-    def __init__(self, base: pathlib.Path, *, bookies: int, quorum: tuple[int, int, int], journal_sync: bool) -> None:
+    def __init__(self, base: pathlib.Path, *, bookies: int, quorum: tuple[int, int, int], journal_sync: bool,
+                 bookie_settings: Optional[dict[str, Any]] = None,
+                 broker_settings: Optional[dict[str, Any]] = None) -> None:
         from tests.kit.bookies import start_bookies
         from tests.kit.brokers import start_brokers
         from tests.kit.zookeeper import start_zookeeper
@@ -142,11 +166,13 @@ class Magnetar:
             zk = start_zookeeper(base)
             self.processes.append(zk.process)
             zk_connect = zk.new_chroot("latency")
-            self.bookies = start_bookies(bookies, base, zk_connect, journal_sync=journal_sync)
+            self.bookies = start_bookies(bookies, base, zk_connect,
+                                         **{"journal_sync": journal_sync, **(bookie_settings or {})})
             self.processes += [b.process for b in self.bookies]
             e, qw, qa = (min(q, bookies) for q in quorum)
             (self.broker,) = start_brokers(1, base, zk_connect, managed_ledger_ensemble_size=e,
-                                           managed_ledger_write_quorum=qw, managed_ledger_ack_quorum=qa)
+                                           managed_ledger_write_quorum=qw, managed_ledger_ack_quorum=qa,
+                                           **(broker_settings or {}))
             self.processes.append(self.broker.process)
         except BaseException:
             self.close()
@@ -167,7 +193,7 @@ def _py_spy() -> Optional[str]:
 
 
 def _start_profiles(targets: list[tuple[str, int]], seconds: float, out_dir: pathlib.Path, tag: str,
-                    idle: bool) -> list[subprocess.Popen]:
+                    mode: str) -> list[subprocess.Popen]:
     py_spy = _py_spy()
     if py_spy is None:
         print("profile: py-spy not found (pip install the test extra)", file=sys.stderr)
@@ -177,18 +203,16 @@ def _start_profiles(targets: list[tuple[str, int]], seconds: float, out_dir: pat
     for name, pid in targets:
         argv = [py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
                 "--format", "raw", "--threads", "--nonblocking", "--output", str(out_dir / f"{name}-{tag}.txt")]
-        if idle:
-            argv.append("--idle")
+        if mode != "cpu":
+            argv.append(f"--{mode}")
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     return procs
 
 
 def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: float, size: int,
-                       batch_delay_ms: int, work: pathlib.Path, profile: Optional[tuple[pathlib.Path, bool]],
+                       batch_delay_ms: int, work: pathlib.Path, profile: Optional[tuple[pathlib.Path, str]],
                        label: str) -> tuple[dict[str, Any], list]:
     """One ``magnetar perf produce --open-loop`` run on a fresh topic; returns its row and its stage rows."""
-    from magnetar import perf_stages
-
     topic = f"persistent://public/default/latency-{uuid.uuid4().hex[:8]}"
     out = work / f"perf-{uuid.uuid4().hex[:8]}.json"
     log = work / f"perf-{client}-{int(rate)}.log"
@@ -196,14 +220,15 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
             "--rate", str(rate), "--duration", str(seconds), "--size", str(size), "--open-loop",
             "--batch-delay-ms", str(batch_delay_ms), "--interval", str(max(1.0, seconds / 2)), "--json", str(out)]
     row: dict[str, Any] = {"system": label, "client": _CLIENT_LABELS[client], "rate": rate}
-    before = perf_stages.scrape(dep.http_urls)
+    before = _scrape_by_process(dep)
     profilers: list[subprocess.Popen] = []
     with open(log, "w") as log_file:
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, text=True)
         if profile is not None:
             # The worker needs a moment to connect and create its producer: start sampling once it reports.
             time.sleep(min(3.0, seconds / 4))
-            profilers = _start_profiles(dep.profiled(), seconds / 2, profile[0], f"{client}-{int(rate)}", profile[1])
+            profilers = _start_profiles(dep.profiled(), seconds / 2, profile[0],
+                                        f"{client}-{int(rate)}-{profile[1]}", profile[1])
         try:
             code = proc.wait(timeout=seconds + 180)
         except subprocess.TimeoutExpired:
@@ -213,7 +238,7 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
         _, err = p.communicate(timeout=seconds + 60)
         if p.returncode:
             print(f"profile: py-spy exited {p.returncode}: {err.strip()[-300:]}", file=sys.stderr)
-    stages = perf_stages.stage_rows(before, perf_stages.scrape(dep.http_urls))
+    stages = stage_rows_by_process(before, _scrape_by_process(dep))
     if code != 0 or not out.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         row.update(errors=0, error=f"perf exited {code}: {' '.join(tail)[-200:]}")
@@ -225,6 +250,28 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
 
 
 _CLIENT_LABELS = {"pulsar": "pulsar-client", "magnetar": "magnetar-perf"}
+_RUNTIME_STAGES = ("event-loop lag", "gc pause")
+
+
+def _scrape_by_process(dep: Magnetar) -> dict[str, Any]:
+    from magnetar import perf_stages
+
+    return {"broker": perf_stages.scrape([dep.broker.http_url]),
+            "bookie": perf_stages.scrape([b.http_url for b in dep.bookies])}
+
+
+def stage_rows_by_process(before: dict[str, Any], after: dict[str, Any]) -> list[tuple]:
+    """perf_stages' rows of the broker and of the bookies, the runtime rows (loop lag, gc) named per kind."""
+    from magnetar import perf_stages
+
+    rows = []
+    for kind in ("broker", "bookie"):
+        for row in perf_stages.stage_rows(before[kind], after[kind]):
+            if row[0] in _RUNTIME_STAGES:
+                rows.append((f"{kind}: {row[0]}", *row[1:]))
+            elif row[0].startswith("broker") == (kind == "broker"):
+                rows.append(row)
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -232,7 +279,8 @@ _CLIENT_LABELS = {"pulsar": "pulsar-client", "magnetar": "magnetar-perf"}
 # --------------------------------------------------------------------------------------------------------
 
 
-def run_peer(system: str, base: pathlib.Path, rates: list[float], seconds: float, size: int) -> list[dict[str, Any]]:
+def run_peer(system: str, base: pathlib.Path, rates: list[float], seconds: float, size: int,
+             options: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     import latency_peers as peers
 
     reason = peers.missing(system)
@@ -251,7 +299,8 @@ def run_peer(system: str, base: pathlib.Path, rates: list[float], seconds: float
             point = f"{int(rate)}_{uuid.uuid4().hex[:6]}"
             row: dict[str, Any] = {"system": system, "client": client, "rate": rate}
             try:
-                got = asyncio.run(drive(url, rate=rate, seconds=seconds, payload=payload, point=point))
+                got = asyncio.run(drive(url, rate=rate, seconds=seconds, payload=payload, point=point,
+                                        **(options or {})))
             except Exception as exc:  # noqa: BLE001 - one failed point is a row, not the end of the run
                 row.update(errors=0, error=f"{type(exc).__name__}: {exc}"[:200])
                 rows.append(row)
@@ -291,14 +340,25 @@ def _args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quorum", default="1/1/1", help="E/Qw/Qa of Magnetar's ledgers (3/2/2 with --bookies 3)")
     parser.add_argument("--journal-sync", default="on", help="on, off or on,off: bookies fsync their journal "
                         "before acknowledging (off: like nats-server 2.9, which does not fsync each write)")
+    parser.add_argument("--redis-connections", type=int, default=16,
+                        help="Redis fsyncs once per event-loop round but reads <= 16 KiB of each connection's "
+                             "commands per round: its group commit grows with connections")
+    parser.add_argument("--bookie-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a bookie setting (bookie/config.py) for the deployment started here (repeat)")
+    parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting (broker/config.py) for the deployment started here (repeat)")
     parser.add_argument("--batch-delay-ms", type=int, default=1, help="pulsar-client's batching delay")
     parser.add_argument("--profile", help="a folder: py-spy the broker and bookies during --profile-rate points")
     parser.add_argument("--profile-rate", type=float, default=10000.0)
-    parser.add_argument("--profile-idle", action="store_true", help="py-spy --idle (waiting threads too)")
+    parser.add_argument("--profile-mode", default="cpu", choices=("cpu", "idle", "gil"),
+                        help="py-spy: threads on a CPU (default), waiting threads too (--idle), or only the "
+                             "thread holding the GIL (--gil)")
     parser.add_argument("--json", help="write the rows, stages and settings here")
     args = parser.parse_args(argv)
     try:
         args.rate_list = parse_rates(args.rates)
+        args.bookie_settings = parse_settings(args.bookie_set)
+        args.broker_settings = parse_settings(args.broker_set)
         args.quorum_t = tuple(int(q) for q in args.quorum.split("/"))
         if len(args.quorum_t) != 3 or not 1 <= args.quorum_t[2] <= args.quorum_t[1] <= args.quorum_t[0]:
             raise ValueError
@@ -312,8 +372,8 @@ def _args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                                  (args.sync_list, {"on", "off"}, "--journal-sync")):
         if not value or set(value) - allowed:
             parser.error(f"{name} takes {', '.join(sorted(allowed))}")
-    if args.seconds <= 0 or args.size <= 0 or args.bookies < 1:
-        parser.error("--seconds, --size and --bookies must be positive")
+    if args.seconds <= 0 or args.size <= 0 or args.bookies < 1 or args.redis_connections < 1:
+        parser.error("--seconds, --size, --bookies and --redis-connections must be positive")
     return args
 
 
@@ -324,13 +384,21 @@ def settings_lines(args: argparse.Namespace) -> list[str]:
              "scheduled send time to its acknowledgement"]
     if "magnetar" in args.system_list:
         lines.append(f"magnetar: {args.bookies} bookie(s), E/Qw/Qa {args.quorum}, journal fsync "
-                     f"{' and '.join(args.sync_list)}; pulsar-client: send_async + callback, batching on "
+                     f"{' and '.join(args.sync_list)}"
+                     + "".join(f", bookie {k}={v}" for k, v in args.bookie_settings.items())
+                     + "".join(f", broker {k}={v}" for k, v in args.broker_settings.items())
+                     + (f", MAGNETAR_SWITCH_INTERVAL_S={os.environ['MAGNETAR_SWITCH_INTERVAL_S']}"
+                        if os.environ.get("MAGNETAR_SWITCH_INTERVAL_S") else "")
+                     + f"; pulsar-client: send_async + callback, batching on "
                      f"(<= 1000 msgs, 128 KiB, {args.batch_delay_ms} ms delay), max pending 10000, worker pinned "
                      "to one CPU; magnetar-perf: asyncio client, each tick's due messages as one batch entry")
     if "nats" in args.system_list:
-        lines.append(f"nats: {peers.NATS_SYNC}; nats-py publish_async, max pending 10000")
+        lines.append(f"nats: {peers.NATS_SYNC}; nats-py, publish with a reply subject per message, acks on one "
+                     "subscription, <= 10000 unanswered")
     if "redis" in args.system_list:
-        lines.append(f"redis: {peers.REDIS_SYNC}; redis-py, one XADD pipeline per tick, <= 32 in flight")
+        lines.append(f"redis: {peers.REDIS_SYNC}; redis-py (hiredis parser), "
+                     f"{args.redis_connections} pipelined connections: each tick's XADDs written at once on the next "
+                     "one, replies read in order, <= 10000 unanswered")
     return lines
 
 
@@ -343,19 +411,21 @@ def main(argv: Optional[list[str]] = None) -> int:
         base = pathlib.Path(tmp)
         for system in args.system_list:
             if system != "magnetar":
-                rows += run_peer(system, base / system, args.rate_list, args.seconds, args.size)
+                options = {"connections": args.redis_connections} if system == "redis" else {}
+                rows += run_peer(system, base / system, args.rate_list, args.seconds, args.size, options)
                 continue
             for sync in args.sync_list:
                 label = "magnetar" if sync == "on" else "magnetar/nosync"
                 work = base / f"magnetar-{sync}"
                 work.mkdir()
-                dep = Magnetar(work, bookies=args.bookies, quorum=args.quorum_t, journal_sync=sync == "on")
+                dep = Magnetar(work, bookies=args.bookies, quorum=args.quorum_t, journal_sync=sync == "on",
+                               bookie_settings=args.bookie_settings, broker_settings=args.broker_settings)
                 print(f"{label}: deployment up ({args.bookies} bookie(s), E/Qw/Qa {args.quorum}) in {work}",
                       file=sys.stderr)
                 try:
                     for client in args.client_list:
                         for rate in args.rate_list:
-                            profile = ((pathlib.Path(args.profile) / label.replace("/", "-"), args.profile_idle)
+                            profile = ((pathlib.Path(args.profile) / label.replace("/", "-"), args.profile_mode)
                                        if args.profile and rate == args.profile_rate else None)
                             row, point_stages = run_magnetar_point(
                                 dep, client=client, rate=rate, seconds=args.seconds, size=args.size,

@@ -125,3 +125,25 @@ def test_a_missing_peer_is_named_with_how_to_install_it(monkeypatch):
     monkeypatch.setattr(peers.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(peers.importlib.util, "find_spec", lambda _module: object())
     assert peers.missing("nats") is None
+
+
+def test_server_settings_parse_to_typed_values_and_refuse_a_missing_value():
+    got = latency.parse_settings(["flush_interval_ms=200", "direct_io=false", "gc_compaction_live_ratio=0.25",
+                                  "advertised_host=example"])
+    assert got == {"flush_interval_ms": 200, "direct_io": False, "gc_compaction_live_ratio": 0.25,
+                   "advertised_host": "example"}
+    with pytest.raises(ValueError):
+        latency.parse_settings(["flush_interval_ms"])
+
+
+async def test_the_in_flight_bound_waits_for_an_answer_and_not_longer():
+    import asyncio
+
+    flight = peers._InFlight(2)
+    flight.sent = 2
+    waiter = asyncio.ensure_future(flight.room())
+    await asyncio.sleep(0)
+    assert not waiter.done()  # two unanswered: no room
+    flight.answer()
+    await asyncio.wait_for(waiter, 1.0)
+    assert flight.pending == 1
