@@ -27,7 +27,9 @@ Systems, each started here in a temporary directory on the same disk and stopped
 
 A peer whose server binary or client is missing is skipped with a line saying how to install it
 (``scripts/ensure-bench-peers``); the run goes on. ``--profile DIR`` records py-spy (raw collapsed stacks,
-one file per process) of the broker and bookies during each Magnetar point at ``--profile-rate``.
+one file per process) of the broker and bookies during each Magnetar point at ``--profile-rate``
+(``bench/latency_probes.py py-spy-top FILE`` summarises one). docs/latency.md says how to read the output and
+what it found.
 """
 
 from __future__ import annotations

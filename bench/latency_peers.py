@@ -102,7 +102,8 @@ def start_nats(base: pathlib.Path) -> tuple[ManagedProcess, str]:
     port = free_port(HOST)
     conf = root / "nats.conf"
     conf.write_text(f'listen: "{HOST}:{port}"\n'
-                    f'jetstream {{\n  store_dir: "{root / "store"}"\n  max_file_store: 16G\n  max_memory_store: 256M\n}}\n')
+                    f'jetstream {{\n  store_dir: "{root / "store"}"\n'
+                    '  max_file_store: 16G\n  max_memory_store: 256M\n}\n')
     proc = ManagedProcess("nats-server", [shutil.which("nats-server"), "-c", str(conf)],
                           log_path=base / "logs" / "nats-server.log", health=lambda: _port_answers(port))
     proc.start(timeout_s=30)
@@ -192,7 +193,7 @@ async def drive_nats(url: str, *, rate: float, seconds: float, payload: bytes, p
     once the stream stored the message (what ``js.publish`` does). Here each message's reply subject is
     ``<inbox>.<k>``, and one subscription on ``<inbox>.*`` takes every PubAck: no future, no task per
     message, so the client's cost does not cap the rate (nats-py's ``publish_async`` made about 5,000 msg/s
-    on a loaded 2-core machine, the same client this way several times that).
+    on a loaded 2-core machine; the same client this way about twice that and more).
     """
     import nats
     from nats.js.api import StorageType, StreamConfig

@@ -1,7 +1,9 @@
-"""Two small probes behind the findings of docs/latency.md, each runnable alone (no Magnetar process needed).
+"""Two small probes behind the findings of docs/latency.md, each runnable alone (no Magnetar process needed),
+and a summary of the py-spy profiles ``bench/latency.py --profile`` records.
 
     .venv/bin/python bench/latency_probes.py journal-fsync --dir /var/tmp --seconds 8 --rounds 4
     .venv/bin/python bench/latency_probes.py grpc-write
+    .venv/bin/python bench/latency_probes.py py-spy-top /tmp/prof/magnetar/broker-1-magnetar-10000-gil.txt
 
 ``journal-fsync``: a journal's groups (16 KiB ``O_DIRECT`` append + ``fdatasync``, one every millisecond, as
 ``bookie/journal.py`` writes them) next to an entry-log flush of ~12 MB every second (10,000 msg/s of 1 KiB)
@@ -13,6 +15,9 @@ on the same file system, the flush written four ways, and the journal's sync-tim
 * ``chunked``: the same bytes in 256 KiB writes;
 * ``yielding``: 256 KiB writes, each (and the final ``fdatasync``) issued only while no journal sync is in
   flight (waiting at most 5 ms): a flush that never sits in front of a journal fsync.
+
+``--zero-filled`` writes the journal file full of zeros first, so that the groups overwrite instead of
+append (BookKeeper's preallocation): an ``fdatasync`` then has no file size or extents to commit.
 
 ``grpc-write``: how long one ``grpc.aio`` stream ``write`` keeps the calling event loop (CPU time of the
 calling thread and wall time per write) by message size, to a sink server in another process: the cost the
@@ -80,8 +85,13 @@ def _flusher(stop: threading.Event, path: pathlib.Path, mode: str, busy: _Journa
         os.close(fd)
 
 
-def _journal(path: pathlib.Path, seconds: float, busy: _JournalBusy) -> list[float]:
+def _journal(path: pathlib.Path, seconds: float, busy: _JournalBusy, zero_filled: bool) -> list[float]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    if zero_filled:  # written ahead, so that a group's fdatasync has no size or extent change to commit
+        zeros = _aligned(16 << 20, b"\0")
+        for offset in range(0, int(seconds * 1000 + 1000) * GROUP_BYTES, len(zeros)):
+            os.pwrite(fd, zeros, offset)
+        os.fsync(fd)
     buf = _aligned(GROUP_BYTES, b"j")
     offset = 0
     took = []
@@ -106,7 +116,7 @@ def _ms(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
-def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int) -> None:
+def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int, zero_filled: bool = False) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     journal, entry_log = directory / "probe-journal", directory / "probe-entry.log"
     try:
@@ -118,7 +128,7 @@ def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int) -> None:
                     flusher = threading.Thread(target=_flusher, args=(stop, entry_log, mode, busy))
                     flusher.start()
                 try:
-                    took = _journal(journal, seconds, busy)
+                    took = _journal(journal, seconds, busy, zero_filled)
                 finally:
                     stop.set()
                     if flusher is not None:
@@ -146,7 +156,8 @@ def _sink_server(ports: "multiprocessing.Queue") -> None:
 
     async def main() -> None:
         server = aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-        handler = grpc.method_handlers_generic_handler("probe.Sink", {"Put": grpc.stream_stream_rpc_method_handler(put)})
+        handler = grpc.method_handlers_generic_handler(
+            "probe.Sink", {"Put": grpc.stream_stream_rpc_method_handler(put)})
         server.add_generic_rpc_handlers((handler,))
         ports.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
@@ -232,6 +243,35 @@ def grpc_write() -> None:
             server.join(5)
 
 
+def py_spy_top(path: pathlib.Path, top: int) -> None:
+    """Samples per thread, the frames most often on top (self) and most often anywhere in the stack
+    (inclusive) of a py-spy ``--format raw --threads`` file, as ``bench/latency.py --profile`` writes."""
+    import collections
+    import re
+
+    threads: collections.Counter = collections.Counter()
+    leaf: collections.Counter = collections.Counter()
+    anywhere: collections.Counter = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        thread, *frames = stack.split(";")
+        total += count
+        threads[re.sub(r" \(\d+\)", "", thread)] += count
+        if frames:
+            leaf[frames[-1]] += count
+        for frame in set(frames):
+            anywhere[frame] += count
+    print(f"{path}: {total} samples")
+    for title, counter in (("threads", threads), ("self", leaf), ("inclusive", anywhere)):
+        print(f"-- {title}")
+        for name, count in counter.most_common(top):
+            print(f"{count:7d} {100 * count / max(total, 1):5.1f} %  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="probe", required=True)
@@ -239,10 +279,17 @@ def main() -> None:
     j.add_argument("--dir", default="/var/tmp", help="a folder on the disk to probe (files are removed after)")
     j.add_argument("--seconds", type=float, default=8.0)
     j.add_argument("--rounds", type=int, default=2)
+    j.add_argument("--zero-filled", action="store_true",
+                   help="write the journal file full of zeros first (overwrites instead of appends)")
     sub.add_parser("grpc-write", help="CPU and wall time of one grpc.aio stream write, by size")
+    t = sub.add_parser("py-spy-top", help="summarise a py-spy raw profile written by bench/latency.py --profile")
+    t.add_argument("file", type=pathlib.Path)
+    t.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     if args.probe == "journal-fsync":
-        journal_fsync(pathlib.Path(args.dir), args.seconds, args.rounds)
+        journal_fsync(pathlib.Path(args.dir), args.seconds, args.rounds, args.zero_filled)
+    elif args.probe == "py-spy-top":
+        py_spy_top(args.file, args.top)
     else:
         grpc_write()
 

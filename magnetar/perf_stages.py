@@ -128,7 +128,8 @@ def format_rows(rows: Sequence[tuple[str, float, float, float, float]]) -> list[
     width = max(20, *(len(r[0]) for r in rows))
     lines = [f"== stages (ms, upper bucket bounds):  {'stage':<{width}}   count       p50       p99     p99.9"]
     for label, count, p50, p99, p999 in rows:
-        lines.append(f"==                                    {label:<{width}} {count:>7,.0f} {_ms(p50)} {_ms(p99)} {_ms(p999)}")
+        lines.append(f"==                                    {label:<{width}} {count:>7,.0f} "
+                     f"{_ms(p50)} {_ms(p99)} {_ms(p999)}")
     return lines
 
 

@@ -147,3 +147,13 @@ async def test_the_in_flight_bound_waits_for_an_answer_and_not_longer():
     flight.answer()
     await asyncio.wait_for(waiter, 1.0)
     assert flight.pending == 1
+
+
+def test_open_loop_needs_a_rate_to_measure_from():
+    from typer.testing import CliRunner
+
+    from magnetar.perf import perf_app
+
+    result = CliRunner().invoke(perf_app, ["produce", "pulsar://127.0.0.1:1", "t", "--open-loop"])
+    assert result.exit_code != 0
+    assert "--open-loop needs --rate" in result.output
