@@ -361,18 +361,18 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
                 meter.record((perf_ns() - t0) // 1000, count, size * count)
 
         pacer = Pacer(spec.rate)
-        note = meter.sampler(size)
         scheduled = pacer.scheduled_ns if spec.open_loop and spec.rate > 0 else None
+        meter.sampler(size)  # open loop: samples noted one per message, each of this size
+        note_all = meter.samples.extend
 
         def done_open_loop(first_k: int, count: int, fut: asyncio.Future) -> None:
-            # Each message of the entry from its own scheduled time: one sample per message.
+            # Each message of the entry from its own scheduled time: one sample per message (-1: failed).
             if fut.cancelled() or fut.exception() is not None:
                 note_all(-1 for _ in range(count))
                 return
             now = perf_ns()
             note_all(max(0, now - scheduled(k)) for k in range(first_k, first_k + count))
 
-        note_all = meter.samples.extend
         meter.begin()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.duration_s if spec.duration_s else None
