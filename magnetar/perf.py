@@ -12,9 +12,10 @@ Two clients, two questions:
   cost.
 
 Latency is measured per message with HdrHistogram (µs precision): for ``produce`` from the send call to
-its receipt, for ``consume`` from the message's publish time (the producer's clock) to its arrival. Every
-worker reports each second; the parent prints one line per ``--interval`` and a summary at the end (and
-``--json FILE`` writes the summary for scripts).
+its receipt (with ``--rate R --open-loop``: from the time the fixed schedule of R msg/s says the message is
+due, so that a stalled sender's waiting is counted too), for ``consume`` from the message's publish time
+(the producer's clock) to its arrival. Every worker reports each second; the parent prints one line per
+``--interval`` and a summary at the end (and ``--json FILE`` writes the summary for scripts).
 
 The workers (:mod:`magnetar.perf_worker`) run the workloads; this module splits the work between them,
 adds their reports up and prints.
@@ -126,7 +127,8 @@ def run_perf(spec: PerfSpec, *, processes: int = 1, interval_s: float = 5.0, jso
         w.start()
     label = spec.mode
     what = (f"{spec.size_bytes} B messages, rate {'max' if spec.rate <= 0 else f'{spec.rate:,.0f} msg/s'}, "
-            f"batching {'on' if spec.batching else 'off'}" if spec.mode == "produce"
+            f"batching {'on' if spec.batching else 'off'}"
+            + (", latency from the schedule (open loop)" if spec.open_loop else "") if spec.mode == "produce"
             else f"subscription {spec.subscription} ({spec.subscription_type})")
     echo(f"{label}: {processes} process(es), client {spec.client}, {len(spec.topics)} topic(s), {what}")
     total = _Totals()
@@ -199,6 +201,8 @@ def run_perf(spec: PerfSpec, *, processes: int = 1, interval_s: float = 5.0, jso
         "topics": len(spec.topics),
         "size_bytes": spec.size_bytes,
         "batching": spec.batching,
+        "rate_asked": spec.rate,
+        "open_loop": spec.open_loop,
         "elapsed_s": round(elapsed, 3),
         "messages": total.messages,
         "errors": total.errors,
@@ -281,6 +285,10 @@ def produce(
         help="pulsar+ssl://: the server's certificate must name the host of the URL."),
     auth_token: str = typer.Option("", "--auth-token", envvar="MAGNETAR_AUTH_TOKEN",
                                    help="A JWT to authenticate with (token authentication)."),
+    open_loop: bool = typer.Option(
+        False, "--open-loop/--closed-loop",
+        help="With --rate: measure each message's latency from its scheduled send time on the fixed schedule "
+             "(a stalled send or a full queue counts: no coordinated omission) instead of from the send call."),
     stages_from: list[str] = typer.Option(
         [], "--stages-from",
         help="A broker's or bookie's HTTP address (repeat): at the end, print where the publish time went "
@@ -296,7 +304,10 @@ def produce(
         batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes, batch_delay_ms=batch_delay_ms,
         max_pending_messages=max_pending, partitions=partitions, duration_s=duration, pin=pin,
         tls_trust_certs_file=tls_trust_certs_file, tls_validate_hostname=tls_validate_hostname, auth_token=auth_token,
+        open_loop=open_loop,
     )
+    if open_loop and rate <= 0:
+        raise typer.BadParameter("--open-loop needs --rate (a schedule to measure from)")
     if not stages_from:
         _run(spec, processes, interval, json_path)
         return

@@ -14,6 +14,8 @@ journal: queue         ``magnetar_bookie_journal_stage_seconds{stage="queue"}`` 
 journal: write         ``…{stage="write"}`` (the group's ``write``)
 journal: force wait    ``…{stage="force_wait"}`` (written, waiting for the forcer: a slow previous fsync)
 journal: fsync         ``…{stage="fsync"}``
+event-loop lag         ``magnetar_event_loop_lag_seconds`` (lateness of a 50 ms timer: loop busy or GIL held)
+gc pause               ``magnetar_gc_pause_seconds`` (every generation)
 =====================  =======================================================================================
 
 The client's own send-to-receipt figures are printed by ``magnetar perf`` beside them. Quantiles from buckets
@@ -35,6 +37,10 @@ STAGES: tuple[tuple[str, str, Optional[tuple[str, str]]], ...] = (
     ("journal: write", "magnetar_bookie_journal_stage_seconds", ("stage", "write")),
     ("journal: force wait", "magnetar_bookie_journal_stage_seconds", ("stage", "force_wait")),
     ("journal: fsync", "magnetar_bookie_journal_stage_seconds", ("stage", "fsync")),
+    # The runtime's own stalls, per process scraped (observability/runtime.py): how late the event loop ran
+    # a 50 ms timer (every callback and GIL wait in front of it), and garbage-collector pauses.
+    ("event-loop lag", "magnetar_event_loop_lag_seconds", None),
+    ("gc pause", "magnetar_gc_pause_seconds", None),
 )
 
 # (family, (label, value) or None) -> {upper bound: cumulative count}
@@ -119,9 +125,11 @@ def stage_rows(before: Histograms, after: Histograms) -> list[tuple[str, float, 
 def format_rows(rows: Sequence[tuple[str, float, float, float, float]]) -> list[str]:
     if not rows:
         return ["== stages: no observations in the given /metrics (brokers and bookies of this run?)"]
-    lines = ["== stages (ms, upper bucket bounds):  stage                  count       p50       p99     p99.9"]
+    width = max(20, *(len(r[0]) for r in rows))
+    lines = [f"== stages (ms, upper bucket bounds):  {'stage':<{width}}   count       p50       p99     p99.9"]
     for label, count, p50, p99, p999 in rows:
-        lines.append(f"==                                    {label:<20} {count:>7,.0f} {_ms(p50)} {_ms(p99)} {_ms(p999)}")
+        lines.append(f"==                                    {label:<{width}} {count:>7,.0f} "
+                     f"{_ms(p50)} {_ms(p99)} {_ms(p999)}")
     return lines
 
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-__all__ = ["PerfSpec", "REPORT_EVERY_S", "Report", "new_histogram", "worker_main"]
+__all__ = ["Pacer", "PerfSpec", "REPORT_EVERY_S", "Report", "new_histogram", "worker_main"]
 
 _HIST_MAX_US = 3_600_000_000  # one hour
 REPORT_EVERY_S = 1.0
@@ -52,6 +52,7 @@ class PerfSpec:
     tls_trust_certs_file: str = ""  # pulsar+ssl://: the CA the server's certificate chains to ("": the system's)
     tls_validate_hostname: bool = False  # pulsar+ssl://: the certificate must name the host connected to
     auth_token: str = ""  # a JWT sent in CONNECT (AuthenticationToken); "": no credentials
+    open_loop: bool = False  # with a rate: latency from each message's scheduled send time (see Pacer)
 
 
 @dataclass
@@ -154,25 +155,45 @@ def _coarse_us(ns: int) -> int:
     return us if drop <= 0 else (us >> drop) << drop
 
 
-class _Pacer:
-    """How many messages are due now at ``rate`` msg/s (0: unlimited), and how long to wait otherwise."""
+class Pacer:
+    """An open-loop schedule: message ``k`` (from 0) is due ``(k + 1) / rate`` seconds after the start.
 
-    def __init__(self, rate: float) -> None:
+    The schedule is fixed: a sender that falls behind owes every message it missed and sends them as soon
+    as it can, so the load asked for is the load offered. :meth:`scheduled_ns` is when a message *should*
+    have been sent; latency measured from it (``--open-loop``) counts the time a message waited behind a
+    stalled sender or a full queue, which latency measured from the send call hides ("coordinated
+    omission": a stalled system that makes its client wait is otherwise credited with fewer slow samples).
+
+    Args:
+        rate: messages per second; 0 or less: unlimited (everything is due at once, no schedule).
+        clock_ns: a monotonic clock in ns (swappable for tests).
+    """
+
+    def __init__(self, rate: float, *, clock_ns=time.perf_counter_ns) -> None:
         self.rate = rate
-        self.start = time.monotonic()
+        self.clock_ns = clock_ns
+        self.start_ns = clock_ns()
         self.sent = 0
 
     def due(self, cap: int) -> int:
+        """How many messages are owed now (at most ``cap``); the caller adds what it sends to ``sent``."""
         if self.rate <= 0:
             return cap
-        owed = int((time.monotonic() - self.start) * self.rate) - self.sent
+        owed = int((self.clock_ns() - self.start_ns) * self.rate / 1e9) - self.sent
         return max(0, min(owed, cap))
 
+    def scheduled_ns(self, k: int) -> int:
+        """When message ``k`` is due on the schedule (the clock's ns); with no rate, now."""
+        if self.rate <= 0:
+            return self.clock_ns()
+        return self.start_ns + int((k + 1) * 1e9 / self.rate)
+
     def wait_s(self) -> float:
+        """How long to sleep before the next message is due (0.5 ms .. 50 ms)."""
         if self.rate <= 0:
             return 0.0
-        next_at = self.start + (self.sent + 1) / self.rate
-        return min(max(next_at - time.monotonic(), 0.0005), 0.05)
+        next_at = self.scheduled_ns(self.sent)
+        return min(max((next_at - self.clock_ns()) / 1e9, 0.0005), 0.05)
 
 
 def _payload(size_bytes: int) -> bytes:
@@ -241,7 +262,8 @@ def _produce_pulsar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
         def sent(t0: int, result, _msg_id) -> None:
             note(perf_ns() - t0 if result == ok else -1)
 
-        pacer = _Pacer(spec.rate)
+        pacer = Pacer(spec.rate)
+        scheduled = pacer.scheduled_ns if spec.open_loop and spec.rate > 0 else None
         meter.begin()
         deadline = time.monotonic() + spec.duration_s if spec.duration_s else None
         count = len(producers)
@@ -250,8 +272,9 @@ def _produce_pulsar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
             due = pacer.due(1000)
             if not due:
                 time.sleep(pacer.wait_s())
-            for _ in range(due):
-                producers[i % count].send_async(payload, functools.partial(sent, perf_ns()))
+            for k in range(pacer.sent, pacer.sent + due):
+                t0 = scheduled(k) if scheduled else perf_ns()
+                producers[i % count].send_async(payload, functools.partial(sent, t0))
                 i += 1
             pacer.sent += due
         for p in producers:
@@ -337,7 +360,19 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
             else:
                 meter.record((perf_ns() - t0) // 1000, count, size * count)
 
-        pacer = _Pacer(spec.rate)
+        pacer = Pacer(spec.rate)
+        scheduled = pacer.scheduled_ns if spec.open_loop and spec.rate > 0 else None
+        meter.sampler(size)  # open loop: samples noted one per message, each of this size
+        note_all = meter.samples.extend
+
+        def done_open_loop(first_k: int, count: int, fut: asyncio.Future) -> None:
+            # Each message of the entry from its own scheduled time: one sample per message (-1: failed).
+            if fut.cancelled() or fut.exception() is not None:
+                note_all(-1 for _ in range(count))
+                return
+            now = perf_ns()
+            note_all(max(0, now - scheduled(k)) for k in range(first_k, first_k + count))
+
         meter.begin()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.duration_s if spec.duration_s else None
@@ -363,9 +398,13 @@ async def _produce_magnetar(spec: PerfSpec, meter: _Meter, stop: Any) -> None:
                 else:
                     body = payload
                 t0 = perf_ns()
+                first_k = pacer.sent
                 fut = await producer.send_entry(md, body, num_messages=n,
                                                 highest_sequence_id=first + n - 1 if n > 1 else None)
-                fut.add_done_callback(lambda f, t0=t0, n=n: done(t0, n, f))
+                if scheduled:
+                    fut.add_done_callback(lambda f, k=first_k, n=n: done_open_loop(k, n, f))
+                else:
+                    fut.add_done_callback(lambda f, t0=t0, n=n: done(t0, n, f))
                 due -= n
                 pacer.sent += n
             meter.maybe_report()
