@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 
@@ -53,7 +54,7 @@ def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kin
     consume_json = tmp_path / "consume.json"
     consumer = subprocess.Popen(
         [sys.executable, "-m", "magnetar", "perf", "consume", broker.url, topic, "--client", client_kind,
-         "--subscription-type", sub_type, "--duration", "8", "--interval", "1", "--json", str(consume_json)],
+         "--subscription-type", sub_type, "--duration", "120", "--interval", "1", "--json", str(consume_json)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # Produce once the subscription exists (its initial position is "latest").
@@ -62,13 +63,15 @@ def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kin
         produced = check_report(perf("produce", broker.url, topic, "--duration", "2", "--rate", "5000", "--interval", "1",
                                      "--client", "magnetar", "--processes", "2", "--json", str(produce_json)),
                                 produce_json)
+        # Everything received is acknowledged (cumulatively or one by one): no backlog is left. Then Ctrl-C
+        # ends the consumer (regression: a fixed 8 s run ended before a loaded machine had delivered it all)
+        wait_for(lambda: broker.stats(topic)["subscriptions"]["perf"]["msgBacklog"] == 0, 60, what="no backlog")
+        consumer.send_signal(signal.SIGINT)
         stdout, _ = consumer.communicate(timeout=60)
     finally:
         consumer.kill()
     consumed = check_report(subprocess.CompletedProcess(consumer.args, consumer.returncode, stdout, ""), consume_json)
     assert consumed["messages"] == produced["messages"]
-    # Everything received was acknowledged (cumulatively or one by one): no backlog is left.
-    wait_for(lambda: broker.stats(topic)["subscriptions"]["perf"]["msgBacklog"] == 0, 30, what="no backlog")
     # pulsar-client was once handed a Python logger that let every DEBUG line through, one per message
     # received: a fifth of the consume rate went to logging
     assert "DEBUG" not in stdout, stdout[:2000]
