@@ -16,6 +16,12 @@ on the same file system, the flush written four ways, and the journal's sync-tim
 * ``yielding``: 256 KiB writes, each (and the final ``fdatasync``) issued only while no journal sync is in
   flight (waiting at most 5 ms): a flush that never sits in front of a journal fsync.
 
+``--modes`` picks among those and two that run the bookie's own writer, ``bookie.entrylog.EntryLogWriter``,
+appending 1 KiB entry records and syncing: ``writer-4m`` as flushes wrote before bounded pieces (4 MiB
+writes, no waits), ``writer`` with the bookie's defaults (``entry_log_write_bytes`` 256 KiB, and before each
+piece and the fsync a wait of at most ``flush_yield_max_ms`` 5 ms for the journal, here the probe's journal
+thread, to be idle).
+
 ``--zero-filled`` writes the journal file full of zeros first, so that the groups overwrite instead of
 append (BookKeeper's preallocation): an ``fdatasync`` then has no file size or extents to commit.
 
@@ -64,7 +70,42 @@ class _JournalBusy:
             self._cond.wait_for(lambda: not self._syncing, timeout_s)
 
 
+MODES = ("none", "burst", "chunked", "yielding", "writer-4m", "writer")
+
+
+def _writer_flusher(stop: threading.Event, directory: pathlib.Path, mode: str, busy: _JournalBusy) -> None:
+    from bookie.config import BookieConfig
+    from bookie.entrylog import EntryLogWriter
+
+    defaults = BookieConfig(data_dir=directory)
+    if mode == "writer":
+        wait_s = defaults.flush_yield_max_ms / 1000
+        write_bytes, pace = defaults.entry_log_write_bytes, (lambda: busy.wait_idle(wait_s))
+    else:
+        write_bytes, pace = 4 << 20, None
+    directory.mkdir(exist_ok=True)
+    writer = EntryLogWriter(directory, first_log_id=1, max_size_bytes=1 << 40, write_bytes=write_bytes, pace=pace)
+    payload = b"e" * 1024
+    entry = 0
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            for _ in range(FLUSH_BYTES_PER_S // 1024):
+                writer.append(1, entry, entry - 1, payload)
+                entry += 1
+            writer.sync()
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - began)))
+    finally:
+        writer.close()
+        for path in directory.iterdir():
+            path.unlink()
+        directory.rmdir()
+
+
 def _flusher(stop: threading.Event, path: pathlib.Path, mode: str, busy: _JournalBusy) -> None:
+    if mode.startswith("writer"):
+        _writer_flusher(stop, path.with_suffix(".d"), mode, busy)
+        return
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
     chunk = 4 << 20 if mode == "burst" else 256 << 10
     buf = _aligned(chunk, b"e")
@@ -116,12 +157,13 @@ def _ms(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
-def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int, zero_filled: bool = False) -> None:
+def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int, zero_filled: bool = False,
+                  modes: tuple[str, ...] = MODES[:4]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     journal, entry_log = directory / "probe-journal", directory / "probe-entry.log"
     try:
         for r in range(rounds):
-            for mode in ("none", "burst", "chunked", "yielding"):
+            for mode in modes:
                 busy, stop = _JournalBusy(), threading.Event()
                 flusher = None
                 if mode != "none":
@@ -133,7 +175,7 @@ def journal_fsync(directory: pathlib.Path, seconds: float, rounds: int, zero_fil
                     stop.set()
                     if flusher is not None:
                         flusher.join()
-                print(f"round {r + 1} flush {mode:8}: {len(took):5d} syncs, p50 {_ms(took, 50):6.2f} "
+                print(f"round {r + 1} flush {mode:9}: {len(took):5d} syncs, p50 {_ms(took, 50):6.2f} "
                       f"p99 {_ms(took, 99):7.2f} p99.9 {_ms(took, 99.9):7.2f} max {max(took) * 1000:7.2f} ms",
                       flush=True)
     finally:
@@ -281,13 +323,19 @@ def main() -> None:
     j.add_argument("--rounds", type=int, default=2)
     j.add_argument("--zero-filled", action="store_true",
                    help="write the journal file full of zeros first (overwrites instead of appends)")
+    j.add_argument("--modes", default=",".join(MODES[:4]),
+                   help=f"comma-separated flush modes, of {','.join(MODES)} (see the module docstring)")
     sub.add_parser("grpc-write", help="CPU and wall time of one grpc.aio stream write, by size")
     t = sub.add_parser("py-spy-top", help="summarise a py-spy raw profile written by bench/latency.py --profile")
     t.add_argument("file", type=pathlib.Path)
     t.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     if args.probe == "journal-fsync":
-        journal_fsync(pathlib.Path(args.dir), args.seconds, args.rounds, args.zero_filled)
+        modes = tuple(m for m in args.modes.split(",") if m)
+        unknown = sorted(set(modes) - set(MODES))
+        if unknown:
+            parser.error(f"unknown --modes {','.join(unknown)}; choose among {','.join(MODES)}")
+        journal_fsync(pathlib.Path(args.dir), args.seconds, args.rounds, args.zero_filled, modes)
     elif args.probe == "py-spy-top":
         py_spy_top(args.file, args.top)
     else:

@@ -39,6 +39,11 @@ class BookieConfig(TomlSettings):
             active half is full, and adds wait (backpressure) while both are.
         flush_interval_ms: the write cache is flushed to entry logs at least this often.
         entry_log_max_size_bytes: an entry log rolls over once it reaches this size.
+        entry_log_write_bytes: flushes and compaction write entry logs in pieces of this size (a multiple of
+            4096), so that a journal sync never queues behind more than one of them.
+        flush_yield_max_ms: before each entry-log piece, each entry-log fsync and each index commit the
+            storage thread waits for the journal to be idle (nothing queued, written or syncing), but at most
+            this long, so a busy journal slows a flush without stopping it; 0 never waits.
         entry_max_size_bytes: larger entries are refused with TOO_LARGE.
         disk_free_min_bytes: below this much free space the bookie turns read-only.
         disk_free_resume_bytes: above this much free space a read-only bookie turns writable again.
@@ -71,6 +76,8 @@ class BookieConfig(TomlSettings):
     write_cache_max_bytes: int = 64 * _MiB
     flush_interval_ms: int = 1000
     entry_log_max_size_bytes: int = 256 * _MiB
+    entry_log_write_bytes: int = 256 * 1024
+    flush_yield_max_ms: float = 5.0
     entry_max_size_bytes: int = 5 * _MiB + 1024
     disk_free_min_bytes: int = 1 * _GiB
     disk_free_resume_bytes: int = 2 * _GiB
@@ -127,7 +134,10 @@ class BookieConfig(TomlSettings):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("disk_free_min_bytes", "disk_free_resume_bytes", "shutdown_grace_ms"):
+        if self.entry_log_write_bytes <= 0 or self.entry_log_write_bytes % 4096:
+            raise ConfigError(f"entry_log_write_bytes must be a positive multiple of 4096, not "
+                              f"{self.entry_log_write_bytes}")
+        for name in ("disk_free_min_bytes", "disk_free_resume_bytes", "shutdown_grace_ms", "flush_yield_max_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if self.disk_free_resume_bytes < self.disk_free_min_bytes:

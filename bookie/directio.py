@@ -27,7 +27,7 @@ import errno
 import logging
 import mmap
 import os
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 log = logging.getLogger("bookie.directio")
 
@@ -96,10 +96,13 @@ class BlockAppender:
         fd: the file, opened by :func:`open_for_append`.
         offset: where the next byte goes (a block boundary in direct mode).
         direct: whether ``fd`` was opened with ``O_DIRECT``.
-        capacity: staging buffer size, a multiple of :data:`BLOCK`.
+        capacity: staging buffer size, a multiple of :data:`BLOCK`: the size of each write (but the last).
+        before_write: called (direct mode) before each write of the staging buffer; the entry-log writer
+            waits there for the journal to go idle (see :meth:`bookie.journal.Journal.wait_idle`).
     """
 
-    def __init__(self, fd: int, offset: int, *, direct: bool, capacity: int = _DEFAULT_CAPACITY) -> None:
+    def __init__(self, fd: int, offset: int, *, direct: bool, capacity: int = _DEFAULT_CAPACITY,
+                 before_write: Optional[Callable[[], None]] = None) -> None:
         if direct and (offset % BLOCK or capacity % BLOCK):
             raise ValueError(f"direct writes need block-aligned offset and capacity, got {offset}, {capacity}")
         self.fd = fd
@@ -107,6 +110,7 @@ class BlockAppender:
         self._written = offset  # file offset where the staged bytes go
         self._staged = 0
         self._capacity = capacity
+        self._before_write = before_write
         self._buffer = mmap.mmap(-1, capacity) if direct else None
         self._view = memoryview(self._buffer) if direct else None
 
@@ -157,6 +161,8 @@ class BlockAppender:
         self._write_staged()
 
     def _write_staged(self) -> None:
+        if self._before_write is not None:
+            self._before_write()
         length = self._staged
         with self._view[:length] as view:  # released even when the write fails (the mmap can then close)
             done = 0

@@ -9,6 +9,12 @@ Files are ``<data_dir>/ledgers/<log_id:016x>.log``: a 16-byte header then :mod:`
 A log rolls at ``max_size_bytes``; a restart always starts a fresh one. Logs are written with ``O_DIRECT``
 where the file system allows (:mod:`bookie.directio`): each sync pads the log to a 4 KiB boundary with a
 padding record (ledger id ``PADDING_LEDGER_ID``), which no index entry points at and :func:`iter_log` skips.
+
+Bounded writes. The writer writes in pieces of ``write_bytes`` (256 KiB by default) and calls ``pace``
+before each piece and before each fsync. The storage passes a ``pace`` that waits (briefly, bounded) for the
+journal to be idle, so a flush or a compaction slips its I/O between journal syncs instead of putting
+megabytes in front of one (a sync waits for the writes queued on the device before it). With buffered
+writes (no ``O_DIRECT``) the pieces go to the page cache and only the fsyncs are paced.
 """
 
 from __future__ import annotations
@@ -16,13 +22,13 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from magnetar.proto import bookie_pb2
 
 from . import codec
 from .index import Index, Location
-from .directio import BlockAppender, open_for_append
+from .directio import BLOCK, BlockAppender, open_for_append
 from .journal import fsync_dir
 from .ledger_storage import ReadResult
 
@@ -31,6 +37,11 @@ log = logging.getLogger("bookie.entrylog")
 _SUFFIX = ".log"
 # Adjacent records are read together up to this many bytes.
 _COALESCE_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_WRITE_BYTES = 256 * 1024
+
+
+def _no_pace() -> None:
+    pass
 
 
 def log_path(directory: pathlib.Path, log_id: int) -> pathlib.Path:
@@ -52,14 +63,27 @@ class EntryLogWriter:
 
     Appends are buffered; :meth:`sync` writes the buffer and fsyncs every file touched since the previous
     sync, after which the returned locations are durable.
+
+    Args:
+        directory: where the logs are.
+        first_log_id: the id of the first log this writer creates.
+        max_size_bytes: a log rolls once the next record would take it past this size.
+        direct_io: write with ``O_DIRECT`` where the file system allows it.
+        write_bytes: the size of each write (a multiple of :data:`bookie.directio.BLOCK`).
+        pace: called on the writer's thread before each write and each fsync (see the module docstring).
     """
 
     def __init__(
-        self, directory: pathlib.Path, *, first_log_id: int, max_size_bytes: int, direct_io: bool = True
+        self, directory: pathlib.Path, *, first_log_id: int, max_size_bytes: int, direct_io: bool = True,
+        write_bytes: int = DEFAULT_WRITE_BYTES, pace: Optional[Callable[[], None]] = None,
     ) -> None:
+        if write_bytes <= 0 or write_bytes % BLOCK:
+            raise ValueError(f"write_bytes must be a positive multiple of {BLOCK}, not {write_bytes}")
         self.directory = pathlib.Path(directory)
         self.max_size_bytes = max_size_bytes
         self.direct_io = direct_io
+        self.write_bytes = write_bytes
+        self._pace = pace or _no_pace
         self._next_log_id = first_log_id
         self._fd = -1
         self._out: Optional[BlockAppender] = None
@@ -88,9 +112,11 @@ class EntryLogWriter:
             return
         self._write_out()
         for fd in self._unsynced:
+            self._pace()
             os.fsync(fd)
             os.close(fd)
         self._unsynced.clear()
+        self._pace()
         os.fdatasync(self._fd)
 
     def roll(self) -> None:
@@ -124,7 +150,7 @@ class EntryLogWriter:
         self._next_log_id += 1
         path = log_path(self.directory, log_id)
         fd, direct = open_for_append(path, direct=self.direct_io)
-        out = BlockAppender(fd, 0, direct=direct)
+        out = BlockAppender(fd, 0, direct=direct, capacity=self.write_bytes, before_write=self._pace)
         out.append((codec.encode_file_header(codec.ENTRY_LOG_MAGIC, log_id),))
         fsync_dir(self.directory)
         self._fd, self._out, self._log_id = fd, out, log_id

@@ -32,6 +32,12 @@ tail left by a crash mid-write, or garbage) and never replayed as data. A torn t
 newest file of the previous run, because a file is rolled only after its last write was synced; a bad
 record in an older file means a disk fault and is logged as an error.
 
+Yielding to the journal. Entry-log flushes and index commits share the disk with the journal, and a sync
+issued behind a large write waits for it. The storage thread therefore asks :meth:`Journal.wait_idle`
+before each piece it writes: it returns once no record is queued, being written or waiting for its sync
+(every record accepted so far is acknowledged or failed), or after a short timeout, so that a journal that
+is never idle slows a flush down but never stops it.
+
 Failure. A failed write or sync leaves the file's tail unknown: the journal refuses every later record
 (``failed`` is set, the bookie must restart; the restart cuts whatever partial record is there), and every
 record not yet acknowledged fails with the error.
@@ -188,7 +194,10 @@ class Journal:
         self.observer = observer or JournalObserver()
         self._sync_file = sync_file
         self.state = JournalState.NEW
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the writer waits on it for records
+        self._idle = threading.Condition(lock)  # wait_idle waits on it for _unfinished to reach 0
+        self._unfinished = 0  # records (and barriers) accepted and not yet completed; under _cond
         self._queue: list[_Item] = []
         self._forces: queue.Queue[Optional[_Group]] = queue.Queue(max_groups_unforced)
         self._writer: Optional[threading.Thread] = None
@@ -305,6 +314,7 @@ class Journal:
                 raise JournalClosedError(f"the journal is not open ({self.state.value})")
             future = self._loop.create_future()
             self._queue.append(_Item(record_type, body, entries, future))
+            self._unfinished += 1
             if len(self._queue) == 1:
                 self._cond.notify()
         return future
@@ -312,6 +322,25 @@ class Journal:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a record accepted by :meth:`append` (or a barrier) is not yet durable or failed: queued,
+        being written, or waiting for or inside its sync. A racy read, for a quick check."""
+        return self._unfinished > 0
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Blocks until the journal is not :attr:`busy` (True) or ``timeout_s`` passed (False).
+
+        For other threads that share the disk (the storage thread, between pieces of a flush): what they
+        write while the journal is idle never delays a journal sync that is already on its way. Returns True
+        at once when the journal is not open. Never call it from the event loop.
+        """
+        with self._cond:
+            if self.state is not JournalState.OPEN:
+                return True
+            return self._idle.wait_for(lambda: self._unfinished <= 0 or self.state is not JournalState.OPEN,
+                                       timeout_s)
 
     def _open_file(self, file_id: int) -> int:
         """Creates the next file (its header durable) and makes it current; returns the previous file's
@@ -485,6 +514,11 @@ class Journal:
         self._complete([(g.items, error) for g in synced] + [(g.items, g.error) for g in rest])
 
     def _complete(self, outcomes: list[tuple[list[_Item], Optional[BaseException]]]) -> None:
+        count = sum(len(items) for items, _ in outcomes)
+        with self._cond:
+            self._unfinished -= count
+            if self._unfinished <= 0:
+                self._idle.notify_all()
         try:
             self._loop.call_soon_threadsafe(_complete, outcomes)
         except RuntimeError:  # the loop is gone (process exit): nobody waits any more
@@ -521,6 +555,7 @@ class Journal:
                 started = self.state is JournalState.OPEN
                 self.state = JournalState.CLOSING
                 self._cond.notify()
+                self._idle.notify_all()
             if started:
                 await asyncio.get_running_loop().run_in_executor(None, self._join_threads)
                 # The last groups' completions were scheduled with call_soon_threadsafe; let them run.

@@ -57,7 +57,7 @@ class StorageObserver:
     """Metrics hooks an implementation calls (no-ops here; :class:`bookie.metrics.BookieMetrics` fills them).
 
     ``on_sync`` and ``on_sync_failed`` run on the journal's force thread (it is also the journal's observer),
-    the others on the event loop.
+    ``on_flush_yield`` on the storage thread, the others on the event loop.
     """
 
     def on_sync(self, seconds: float, entries: int, records: int, nbytes: int) -> None:
@@ -71,6 +71,10 @@ class StorageObserver:
 
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
         pass
+
+    def on_flush_yield(self, seconds: float, idle: bool) -> None:
+        """An entry-log write, fsync or index commit waited ``seconds`` for a busy journal; ``idle``: the
+        journal went idle (False: the wait timed out and the I/O went ahead anyway)."""
 
     def on_gc_reclaimed(self, nbytes: int) -> None:
         pass

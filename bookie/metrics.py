@@ -91,6 +91,14 @@ class BookieMetrics(StorageObserver):
             "magnetar_bookie_flush_latency_seconds", "Write-cache flush to entry logs and index.",
             (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
         )
+        self.flush_yields = counter(
+            "magnetar_bookie_flush_yields_total",
+            "Entry-log writes, fsyncs and index commits (of flushes and compaction) that waited for a busy journal.",
+        )
+        self.flush_yield_timeouts = counter(
+            "magnetar_bookie_flush_yield_timeouts_total",
+            "Of those, waits that ended at flush_yield_max_ms with the journal still busy.",
+        )
         self.gc_reclaimed = counter(
             "magnetar_bookie_gc_reclaimed_bytes_total", "Entry-log bytes reclaimed by garbage collection."
         )
@@ -172,6 +180,11 @@ class BookieMetrics(StorageObserver):
 
     def on_flush(self, entries: int, nbytes: int, seconds: float) -> None:
         self.flush_latency.observe(seconds)
+
+    def on_flush_yield(self, seconds: float, idle: bool) -> None:
+        self.flush_yields.inc()
+        if not idle:
+            self.flush_yield_timeouts.inc()
 
     def on_gc_reclaimed(self, nbytes: int) -> None:
         self.gc_reclaimed.inc(nbytes)

@@ -136,7 +136,8 @@ class Storage(StorageFlush, LedgerStorage):
         first_log_id = max([log_id for log_id, _ in logs] + list(usage) + [0]) + 1
         self._writer = EntryLogWriter(
             self.ledgers_dir, first_log_id=first_log_id, max_size_bytes=self.config.entry_log_max_size_bytes,
-            direct_io=self.config.direct_io,
+            direct_io=self.config.direct_io, write_bytes=self.config.entry_log_write_bytes,
+            pace=self._yield_to_journal,
         )
         self._gc = GarbageCollector(
             directory=self.ledgers_dir, index=self.index, writer=self._writer, deleted=self._committed_deleted,

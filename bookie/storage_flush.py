@@ -5,7 +5,16 @@ in :mod:`bookie.storage`). A flush swaps the active write cache for an empty one
 the storage thread appends the entries, sorted by (ledger, entry), to the current entry log, fsyncs, and
 commits one index transaction holding their locations, the dirty ledger states, the deletions and the
 new checkpoint; journal files before the checkpoint are then deleted. A flush that fails puts everything
-back so that the next one retries it. At start, the journal is replayed from the checkpoint into the write
+back so that the next one retries it.
+
+A flush shares the disk with the journal, and a journal sync issued behind a burst of entry-log writes
+waits for them: that is add latency. So the storage thread yields. It writes the entry log in pieces of
+``entry_log_write_bytes`` and, before each piece, each entry-log fsync and the index commit, waits until the
+journal is idle (:meth:`bookie.journal.Journal.wait_idle`: nothing queued, written or syncing), at most
+``flush_yield_max_ms`` each time. A busy journal therefore slows a flush down (at worst by that bound per
+piece) but never stops it, and nothing about what a flush guarantees changes: entries stay readable in the
+flushing cache until the commit, the checkpoint is part of the commit, and a crash anywhere leaves what the
+journal replay restores. Each wait is counted (``magnetar_bookie_flush_yields_total``). At start, the journal is replayed from the checkpoint into the write
 cache, flushing as it goes when the cache fills.
 
 :class:`StorageFlush` is a part of ``Storage`` (which inherits it), not a class of its own: it works on
@@ -116,6 +125,7 @@ class StorageFlush:
             for log_id, nbytes in per_log_bytes.items():
                 usage[log_id][lid] = nbytes
         self._writer.sync()
+        self._yield_to_journal()
         self.index.commit_flush(FlushBatch(locations, states, deletes, dict(usage), checkpoint))
         self.entry_count = self.index.count_entries()  # an LMDB statistic: no walk of the entries
         self._committed_deleted.update(deletes)
@@ -126,6 +136,19 @@ class StorageFlush:
                 log.info("checkpoint %s: %d journal files removed", checkpoint, removed)
         self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
         return count
+
+    def _yield_to_journal(self) -> None:
+        """Storage thread, before each entry-log write, fsync and index commit: waits (bounded) for the
+        journal to be idle. A no-op during replay and after close (the journal is not open)."""
+        wait_s = self.config.flush_yield_max_ms / 1000
+        if wait_s <= 0 or not self.journal.busy:
+            return
+        started = time.perf_counter()
+        idle = self.journal.wait_idle(wait_s)
+        try:
+            self.observer.on_flush_yield(time.perf_counter() - started, idle)
+        except Exception:
+            log.exception("storage observer failed")
 
     # -- replay --------------------------------------------------------------------------------------------
 

@@ -327,6 +327,7 @@ async def test_metrics_endpoint_serves_the_bookie_series(bookie_factory):
         "magnetar_bookie_journal_batch_entries", "magnetar_bookie_journal_queue_depth", "magnetar_bookie_ledgers",
         "magnetar_bookie_disk_free_bytes", "magnetar_bookie_disk_total_bytes", "magnetar_bookie_read_only",
         "magnetar_bookie_entry_logs", "magnetar_bookie_gc_reclaimed_bytes_total",
+        "magnetar_bookie_flush_yields_total", "magnetar_bookie_flush_yield_timeouts_total",
     ):
         assert f'{name}' in text, name
     assert f'magnetar_bookie_add_entries_total{{bookie="{bookie.bookie_id}"}} 10.0' in text

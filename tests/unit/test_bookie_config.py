@@ -52,6 +52,8 @@ def test_defaults_and_default_id(tmp_path):
         ({"data_dir": "/x", "flush_interval_ms": 0}, "flush_interval_ms must be positive"),
         ({"data_dir": "/x", "disk_free_min_bytes": 10, "disk_free_resume_bytes": 5}, "disk_free_resume_bytes"),
         ({"data_dir": "/x", "entry_max_size_bytes": 100 << 20}, "entry_max_size_bytes"),
+        ({"data_dir": "/x", "entry_log_write_bytes": 5000}, "entry_log_write_bytes must be a positive multiple"),
+        ({"data_dir": "/x", "flush_yield_max_ms": -1}, "flush_yield_max_ms must not be negative"),
     ],
 )
 def test_bad_settings_name_the_problem(values, fragment):

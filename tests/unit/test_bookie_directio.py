@@ -128,3 +128,20 @@ def test_a_file_system_refusing_o_direct_gets_buffered_writes(tmp_path, monkeypa
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"abc"
+
+
+def test_before_write_runs_before_each_direct_write(tmp_path) -> None:
+    fd, _is_direct = directio.open_for_append(tmp_path / "f", direct=True)  # staged either way
+    sizes: list[int] = []
+    out = directio.BlockAppender(fd, 0, direct=True, capacity=8192,
+                                 before_write=lambda: sizes.append(os.fstat(fd).st_size))
+    try:
+        out.append([b"a" * 20_000])  # two full buffers written, 3,616 bytes staged
+        assert sizes == [0, 8192], "each write waits at the hook with the previous one done"
+        out.append_zeros(out.padding_needed(9))
+        out.write_out()
+        assert sizes == [0, 8192, 16384]
+    finally:
+        out.close()
+        os.close(fd)
+    assert (tmp_path / "f").stat().st_size == 20_480

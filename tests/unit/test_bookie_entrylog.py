@@ -35,3 +35,32 @@ def test_synced_records_read_back_and_padding_is_skipped(tmp_path, direct_io) ->
         for offset, size, record in iter_log(path)
     ]
     assert scanned == [(3, e, p, loc.log_id, loc.offset, loc.size) for _, e, p, loc in written]
+
+
+@pytest.mark.parametrize("direct_io", [True, False], ids=["direct", "buffered"])
+def test_writes_go_out_in_pieces_each_paced(tmp_path, direct_io) -> None:
+    """``pace`` runs before every piece (direct) and every fsync: where the storage yields to the journal."""
+    calls: list[int] = []  # file size of the current log at each pace: what was written before it
+    writer = EntryLogWriter(tmp_path, first_log_id=1, max_size_bytes=1 << 30, direct_io=direct_io,
+                            write_bytes=16 * 1024,
+                            pace=lambda: calls.append(log_path(tmp_path, 1).stat().st_size))
+    try:
+        locations = [writer.append(5, e, e - 1, bytes([e]) * 1000) for e in range(100)]  # ~100 KiB
+        writer.sync()
+        paced = list(calls)
+    finally:
+        writer.close()
+    calls = paced
+    if direct_io:
+        pieces = -(-log_path(tmp_path, 1).stat().st_size // (16 * 1024))
+        assert len(calls) == pieces + 1, "one pace per 16 KiB piece and one before the fdatasync"
+        assert all(b - a <= 16 * 1024 for a, b in zip(calls, calls[1:])), "a write larger than a piece"
+    else:
+        assert len(calls) == 1, "buffered writes go to the page cache; only the fsync is paced"
+    records = read_records(tmp_path, 5, list(enumerate(locations)))
+    assert [r.payload for r in records] == [bytes([e]) * 1000 for e in range(100)]
+
+
+def test_write_bytes_must_be_whole_blocks(tmp_path) -> None:
+    with pytest.raises(ValueError, match="multiple of 4096"):
+        EntryLogWriter(tmp_path, first_log_id=1, max_size_bytes=1 << 20, write_bytes=5000)

@@ -381,3 +381,47 @@ async def test_stages_show_a_slow_sync_and_the_wait_behind_it(tmp_path, direct_i
     assert fw2 >= 0.15, f"the second group waited behind the slow sync: {observer.stages}"
     assert fs2 < 0.2 and fw1 < 0.15, observer.stages
     assert all(v >= 0 for stage in observer.stages for v in stage)
+
+
+# -- idleness, for the storage thread's flush pieces -------------------------------------------------------
+
+
+async def test_wait_idle_waits_for_every_accepted_record_to_complete(tmp_path):
+    sync = GatedSync(hold=1)
+    journal = Journal(tmp_path, max_file_size_bytes=1 << 30, sync_file=sync)
+    assert journal.wait_idle(0) is True, "a journal that is not open is idle"
+    for _ in journal.replay(None):
+        pass
+    journal.start(asyncio.get_running_loop())
+    try:
+        assert not journal.busy and journal.wait_idle(0) is True
+        first = journal.append(codec.RecordType.ADD, b"first", 1)
+        assert journal.busy, "a queued record makes the journal busy"
+        await wait_for_async(sync.entered.is_set, 5, what="the first group's sync started")
+        barrier = journal.barrier()
+        # A record waiting for its sync keeps it busy: a bounded wait ends at its timeout, not idle.
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, journal.wait_idle, 0.05) is False
+        waiter = loop.run_in_executor(None, journal.wait_idle, 30.0)
+        assert await not_done_within(waiter), "wait_idle returned while a sync was held"
+    finally:
+        sync.release.set()
+    assert await waiter is True
+    assert first.done() or await first is None
+    await barrier
+    assert not journal.busy
+    await journal.close()
+    assert journal.wait_idle(0) is True
+
+
+async def test_a_failed_journal_is_idle_once_its_records_failed(tmp_path):
+    sync = GatedSync()
+    sync.fail = OSError(errno.EIO, "injected sync failure")
+    journal = open_journal(tmp_path, sync_file=sync)
+    future = journal.append(codec.RecordType.ADD, b"doomed", 1)
+    with pytest.raises(OSError):
+        await future
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, journal.wait_idle, 5.0) is True
+    assert not journal.busy
+    await journal.close()
