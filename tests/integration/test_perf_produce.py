@@ -47,6 +47,8 @@ def test_perf_produce_reports_throughput_and_latency(broker, tmp_path, client_ki
     assert data["errors"] == 0 and data["client"] == client_kind
 
 
+# What perf consume counts does not depend on the broker's storage: on the real one (bookies) only
+@pytest.mark.parametrize("storage", ["bookies"], indirect=True)
 @pytest.mark.parametrize("client_kind", ["pulsar", "magnetar"])
 @pytest.mark.parametrize("sub_type", ["Shared", "Exclusive"])  # acknowledged one by one / cumulatively
 def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kind, sub_type):
