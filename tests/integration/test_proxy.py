@@ -24,6 +24,7 @@ from magnetar.protocol import FrameDecoder, encode_command, pb, wrap
 from magnetar.protocol.client import Connection, ServerError
 from magnetar.protocol.client.commands import connect_command
 
+from tests.kit.bookies import start_bookies
 from tests.kit.brokers import start_brokers
 from tests.kit.certs import TestCa
 from tests.kit.process import python_command
@@ -49,8 +50,28 @@ def region(tmp_path, zk_connect, bookie_factory):
     return brokers, proxy, ca
 
 
-def test_produce_consume_reader_and_partitioned_topics_through_the_proxy_over_tls(region) -> None:
-    brokers, proxy, ca = region
+@pytest.fixture(scope="module")
+def shared_region(tmp_path_factory, zk_server):
+    """The same region, started once for the tests that leave it as they found it (each uses its own topics
+    and counts metrics with lower bounds); a test that kills a process takes ``region``."""
+    base = tmp_path_factory.mktemp("proxy-region")
+    zk = zk_server.new_chroot()
+    started = []
+    try:
+        started += [b.process for b in start_bookies(2, base, zk)]
+        brokers = start_brokers(2, base, zk)
+        started += [b.process for b in brokers]
+        ca = TestCa(base / "ca")
+        proxy = start_proxy(base, zk, ca)
+        started.append(proxy.process)
+        yield brokers, proxy, ca
+    finally:
+        for process in started:
+            process.cleanup()
+
+
+def test_produce_consume_reader_and_partitioned_topics_through_the_proxy_over_tls(shared_region) -> None:
+    brokers, proxy, ca = shared_region
     client = tls_client(proxy, ca)
     try:
         topics = [f"persistent://public/default/through-proxy-{i}" for i in range(6)]
@@ -107,8 +128,8 @@ async def connect_frames(reader: asyncio.StreamReader, *, timeout_s: float = 10.
     return frames
 
 
-async def test_a_client_naming_an_unregistered_broker_is_refused_and_a_registered_one_is_served(region) -> None:
-    brokers, proxy, ca = region
+async def test_a_client_naming_an_unregistered_broker_is_refused_and_a_registered_one_is_served(shared_region) -> None:
+    brokers, proxy, ca = shared_region
     ssl_ctx = ssl.create_default_context(cafile=str(ca.ca_file))
     not_brokers = [
         f"127.0.0.1:{brokers[0].http_port}",          # a registered broker's host, another port
@@ -139,8 +160,8 @@ async def test_a_client_naming_an_unregistered_broker_is_refused_and_a_registere
 # -- bad input never kills the proxy -------------------------------------------------------------------------
 
 
-async def test_a_plain_text_client_on_the_tls_port_is_refused_and_counted(region) -> None:
-    brokers, proxy, ca = region
+async def test_a_plain_text_client_on_the_tls_port_is_refused_and_counted(shared_region) -> None:
+    brokers, proxy, ca = shared_region
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.tls_port)
     writer.write(encode_command(connect_command()))
     assert await connect_frames(reader) == []  # closed without a word of the protocol
@@ -180,8 +201,8 @@ async def test_silent_clients_are_closed_at_the_handshake_timeout(tmp_path, zk_c
     assert proxy.metric("pulsar_proxy_active_connections") == 0
 
 
-async def test_fuzzed_handshakes_never_kill_the_proxy(region) -> None:
-    brokers, proxy, ca = region
+async def test_fuzzed_handshakes_never_kill_the_proxy(shared_region) -> None:
+    brokers, proxy, ca = shared_region
     seed = random.randrange(1 << 30)
     print(f"fuzz seed {seed}")
     rng = random.Random(seed)
@@ -329,8 +350,8 @@ async def test_lookups_over_the_concurrency_cap_are_answered_too_many_requests(t
 # -- HTTP ----------------------------------------------------------------------------------------------------
 
 
-async def test_admin_rest_and_http_lookup_through_the_proxy(region) -> None:
-    brokers, proxy, ca = region
+async def test_admin_rest_and_http_lookup_through_the_proxy(shared_region) -> None:
+    brokers, proxy, ca = shared_region
     base = proxy.http_url
     async with aiohttp.ClientSession() as http:
         async with http.put(f"{base}/admin/v2/tenants/acme", json={"allowedClusters": ["test"]}) as r:
