@@ -525,6 +525,9 @@ def geo_job(topo: dict[str, Any], *, messages: int = 5_000, size_bytes: int = 10
 # -------------------------------------------------------------------------------------------------- run
 
 
+REPORT_FILE = "demo-report.json"  # in the data dir: the geo job's report of the last `magnetar demo`
+
+
 def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entries: int = 20_000,
         size: int = 1024) -> int:
     """``magnetar demo``: 0 when every check passed; the deployment is left running either way."""
@@ -544,7 +547,9 @@ def run(data_dir: pathlib.Path, *, topology: Optional[pathlib.Path] = None, entr
         console.print(f"\nRegions {', '.join(regions)}: tenant {TENANT}, namespace {NAMESPACE} replicated to all; "
                       f"each region produces and consumes with pulsar-client {how} (client log: {client_log})...")
         report = geo_job(topo, client_log=client_log)
+        (data_dir / REPORT_FILE).write_text(json.dumps(report, indent=2, default=str))
         print_geo_report(report, console, FAILOVER_SUBSCRIPTION)
+        console.print(f"(the job's whole report: {data_dir / REPORT_FILE})", markup=False)
         ok = report["ok"]
         if "prometheus" in topo:
             ok = draw_replication_dashboard(topo, data_dir / "dashboards", console) and ok
