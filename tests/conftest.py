@@ -1,5 +1,6 @@
 """Fixtures every test layer shares: a real ZooKeeper per session, a chroot per test, process cleanup,
-and the logs of every process a failing test started."""
+the logs of every process a failing test started, and one local Spark session for every module that uses
+Spark."""
 
 from __future__ import annotations
 
@@ -19,6 +20,25 @@ def zk_server(tmp_path_factory) -> ZooKeeperServer:
     server = start_zookeeper(base)
     yield server
     server.process.cleanup()
+
+
+# The tests' Spark JVM lives minutes and sees inputs of a few thousand rows: code that the C2 compiler would make
+# faster never runs long enough to repay it, and its compiler threads took most of the JVM's CPU (measured: more
+# than half of a warm audit's) on a 2-core machine. C1 alone compiles quickly and is plenty for such inputs.
+SPARK_TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """One local Spark session (``local[2]``, the ``magnetar`` source registered) for every module that uses Spark:
+    its JVM and context start once per test run instead of once per module. Modules must leave its settings as
+    they found them."""
+    pytest.importorskip("pyspark")
+    from spark.session import session
+
+    spark = session("local[2]", "magnetar-tests", conf={"spark.driver.extraJavaOptions": SPARK_TEST_JAVA_OPTIONS})
+    yield spark
+    spark.stop()
 
 
 @pytest.fixture

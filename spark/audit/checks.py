@@ -45,14 +45,14 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, GroupedData, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from . import columns as C
 from .errors import AuditInputError
 
-__all__ = ["CHECKS", "ID", "AuditFrames", "build", "delay_stats", "expected_map", "pack", "prepare"]
+__all__ = ["CHECKS", "ID", "AuditFrames", "build", "delay_stats", "delay_tables", "expected_map", "pack", "prepare"]
 
 ID = ["topic", "origin", "producer", "seq", "batch"]
 CHECKS = ("missing", "duplicate", "order", "payload_mismatch", "stray")
@@ -290,10 +290,34 @@ def _delays(per_message: DataFrame) -> DataFrame:
 
 def delay_stats(delays: DataFrame, by: Sequence[str]) -> DataFrame:
     """Per group: copies measured, p50/p99 (``percentile_approx``), min and max delay in milliseconds."""
+    return _delay_aggregates(delays.groupBy(*by), by)
+
+
+def _delay_aggregates(grouped: GroupedData, by: Sequence[str], extra: Optional[Mapping[str, Column]] = None
+                      ) -> DataFrame:
+    extra = dict(extra or {})
     quantiles = F.percentile_approx("delay_ms", [0.5, 0.99], 10_000)
-    return delays.groupBy(*by).agg(F.count(F.lit(1)).alias("count"), quantiles.alias("q"),
-                                   F.min("delay_ms").alias("min_ms"), F.max("delay_ms").alias("max_ms")) \
-        .select(*by, "count", F.col("q")[0].alias("p50_ms"), F.col("q")[1].alias("p99_ms"), "min_ms", "max_ms")
+    return grouped.agg(F.count(F.lit(1)).alias("count"), quantiles.alias("q"), F.min("delay_ms").alias("min_ms"),
+                       F.max("delay_ms").alias("max_ms"), *[c.alias(name) for name, c in extra.items()]) \
+        .select(*by, "count", F.col("q")[0].alias("p50_ms"), F.col("q")[1].alias("p99_ms"), "min_ms", "max_ms",
+                *extra)
+
+
+def delay_tables(delays: DataFrame) -> tuple[list[dict], list[dict]]:
+    """:func:`delay_stats` by direction (``origin``, ``region``) and by topic and direction, computed in one
+    job (grouping sets); returns the rows of each as dicts."""
+    grouped = delays.groupingSets([["origin", "region"], ["topic", "origin", "region"]], "topic", "origin", "region")
+    stats = _delay_aggregates(grouped, ["topic", "origin", "region"], {"by_direction": F.grouping("topic")})
+    by_direction: list[dict] = []
+    by_topic: list[dict] = []
+    for row in stats.collect():
+        found = row.asDict()
+        if found.pop("by_direction"):
+            del found["topic"]
+            by_direction.append(found)
+        else:
+            by_topic.append(found)
+    return by_direction, by_topic
 
 
 def build(df: DataFrame, expected: Mapping[str, Sequence[str]], *,

@@ -1,5 +1,5 @@
 """The consistency audit against a real deployment (real ZooKeeper, bookies and brokers per region, geo-replication
-between them), with real Spark: one local session for the module, and a Spark standalone cluster (a master and a
+between them), with real Spark: the test run's shared local session, and a Spark standalone cluster (a master and a
 worker started from the pyspark installation) for the CLI. (Three regions: ``test_audit_three_regions.py``.)
 
 * healthy traffic from pulsar-client in both regions (batched and not, a partitioned topic, keys, properties,
@@ -8,11 +8,14 @@ worker started from the pyspark installation) for the CLI. (Three regions: ``tes
   pair, a changed payload, strays by routing and by replication clusters): each one found, attributed to its
   region, topic, origin, producer and sequence id, and nothing else;
 * a replicated subscription followed across regions: no divergence; moved back in one region: divergence;
-* ``magnetar audit --master spark://...`` on the standalone cluster gives the report of ``local[*]``.
+* ``magnetar audit --master spark://...`` on the standalone cluster gives the report of the local session.
 
 The healthy and fault cases run with each reader of :func:`spark.audit.load`: through the brokers, and the
 Magnetar data source (which reads each open ledger up to its newest entry: the brokers' ledger writers send an
-explicit LAC once adds stop). Both give ``__replicateTo``. The standalone comparison uses whichever reader ``--reader auto`` picks, on both sides.
+explicit LAC once adds stop). Both give ``__replicateTo``. The standalone comparison uses whichever reader
+``--reader auto`` picks (the data source) on both sides. Each namespace is produced once and audited by each
+reader (an audit only reads), and each audit of the faulty namespace runs once: the standalone test compares
+with the local one the fault test made.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from magnetar.net import free_port  # noqa: E402
-from spark.audit import comparable, session, source_available  # noqa: E402
+from spark.audit import comparable, source_available  # noqa: E402
 from spark.audit.runner import audit_deployment  # noqa: E402
 from spark.audit.subscriptions import check_subscriptions  # noqa: E402
 from spark.audit.topology import read_topology  # noqa: E402
@@ -77,10 +80,9 @@ def topology(regions, tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    s = session(master="local[*]", app_name="test-audit-regions")
-    yield s
-    s.stop()
+def spark(spark_session):
+    """The test run's shared local session (``tests/conftest.py``)."""
+    return spark_session
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +131,10 @@ def need(reader: str, spark) -> None:
     assert reader != "source" or source_available(spark), "the Magnetar data source is not registered"
 
 
-@READERS
-def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, clients, spark, topology,
-                                                                       tmp_path, reader):
-    need(reader, spark)
+@pytest.fixture(scope="module")
+def healthy(regions, clients) -> str:
+    """A namespace with healthy traffic from pulsar-client in both regions, fully replicated (each reader audits
+    the same one: reading changes nothing)."""
     ns = namespace(regions)
     plain, parted = f"persistent://{ns}/plain", f"persistent://{ns}/parted"
     regions[EAST].admin("PUT", f"/admin/v2/persistent/{ns}/parted/partitions", 2)
@@ -142,6 +144,14 @@ def test_healthy_two_regions_report_no_violation_and_what_was_produced(regions, 
     produce(clients[EAST], plain, "east-local", 3, batching=False, disable_replication=True)
     wait_replicated(regions, plain, [EAST, WEST], [EAST, WEST])
     wait_replicated(regions, parted, [EAST], [WEST], partitions=2)
+    return ns
+
+
+@READERS
+def test_healthy_two_regions_report_no_violation_and_what_was_produced(healthy, spark, topology, tmp_path, reader):
+    need(reader, spark)
+    ns = healthy
+    plain, parted = f"persistent://{ns}/plain", f"persistent://{ns}/parted"
 
     report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, grace_s=5, reader=reader)
     assert report["inputs"]["reader"] == reader and report["inputs"]["replicate_to"] is True
@@ -199,14 +209,31 @@ def faulty(regions, clients):
     return faults, ns
 
 
+@pytest.fixture(scope="module")
+def fault_audit(faulty, spark, topology, tmp_path_factory):
+    """``reader`` -> (the report of the faulty namespace's audit through it, its output directory): each audit
+    runs once in the module (the standalone-cluster test compares its report with the local one)."""
+    done: dict[str, tuple[dict, pathlib.Path]] = {}
+
+    def audit(reader: str) -> tuple[dict, pathlib.Path]:
+        if reader not in done:
+            out = tmp_path_factory.mktemp(f"fault-audit-{reader}")
+            _faults, ns = faulty
+            done[reader] = (audit_deployment(spark, topology, namespace=ns, out_dir=out, subscriptions=False,
+                                             reader=reader), out)
+        return done[reader]
+
+    return audit
+
+
 @READERS
-def test_each_injected_fault_is_found_and_attributed(faulty, spark, topology, tmp_path, reader):
+def test_each_injected_fault_is_found_and_attributed(faulty, fault_audit, spark, reader):
     need(reader, spark)
     faults, ns = faulty
-    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, subscriptions=False, reader=reader)
+    report, out = fault_audit(reader)
     expected = set(faults)  # a stray by routing ("router") is seen through each message's replicate_to
-    assert report["inputs"]["replicate_to"] is True
-    assert found_faults(spark, tmp_path, report) == expected
+    assert report["inputs"]["reader"] == reader and report["inputs"]["replicate_to"] is True
+    assert found_faults(spark, out, report) == expected
     assert report["violations"] == len(expected)
     assert report["checks"]["duplicate"]["by_direction"] == {f"{EAST} -> {WEST}": 1}
     assert report["rows"]["by_topic"][f"persistent://{ns}/faults"][EAST] == 100 + 1 + 2 + 1 + 1
@@ -266,7 +293,8 @@ def standalone(tmp_path):
     home = _spark_home()
     port, ui, worker_ui = free_port(), free_port(), free_port()
     env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOG_DIR": str(tmp_path / "logs"), "SPARK_WORKER_DIR": str(tmp_path / "work")}
+           "SPARK_LOG_DIR": str(tmp_path / "logs"), "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1"}  # they start faster; they carry no data
     spark_class = str(home / "bin" / "spark-class")
 
     def status() -> dict:
@@ -291,21 +319,26 @@ def standalone(tmp_path):
         master.cleanup()
 
 
-def test_standalone_cluster_gives_the_local_report(faulty, spark, topology, standalone, tmp_path):
+def test_standalone_cluster_gives_the_local_report(faulty, spark, fault_audit, topology, standalone, tmp_path):
+    """The CLI on the cluster picks its reader as ``--reader auto`` does: the data source, which the local audit
+    it is compared with used too (the module's audit of the faulty namespace, shared with the fault test)."""
     _faults, ns = faulty
-    local = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path / "local", subscriptions=False)
+    assert source_available(spark)  # what auto picks
+    local, local_out = fault_audit("source")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).parents[2]),
                                                         os.environ.get("PYTHONPATH", "")]),
            "SPARK_LOCAL_IP": "127.0.0.1"}
+    jvm = "-XX:TieredStopAtLevel=1"  # short-lived JVMs, tiny inputs: see SPARK_TEST_JAVA_OPTIONS in tests/conftest.py
     out = tmp_path / "cluster"
     done = subprocess.run(
         [sys.executable, "-m", "magnetar", "audit", "--topology", str(topology), "--namespace", ns,
          "--master", standalone, "--out", str(out), "--no-subscriptions", "--conf", "spark.driver.host=127.0.0.1",
-         "--conf", "spark.executor.memory=1g"],
+         "--conf", "spark.executor.memory=1g", "--conf", f"spark.driver.extraJavaOptions={jvm}",
+         "--conf", f"spark.executor.extraJavaOptions={jvm}"],
         env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # violations were found
     cluster = json.loads((out / "report.json").read_text())
     assert cluster["run"]["master"] == standalone
     assert local["violations"] > 0
-    assert comparable(cluster) == comparable(json.loads((tmp_path / "local" / "report.json").read_text()))
+    assert comparable(cluster) == comparable(json.loads((local_out / "report.json").read_text()))
     assert "violation" in done.stdout and "Checks" in done.stdout

@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark.audit import session  # noqa: E402
 from spark.audit.runner import audit_deployment  # noqa: E402
 from tests.e2e.test_geo_replication import client, wait_replicated  # noqa: E402
 from tests.integration.test_audit_regions import READERS, namespace, need, produce, write_topology  # noqa: E402
@@ -38,10 +37,9 @@ def topology(regions, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def spark():
-    s = session(master="local[2]", app_name="test-audit-three-regions")
-    yield s
-    s.stop()
+def spark(spark_session):
+    """The test run's shared local session (``tests/conftest.py``)."""
+    return spark_session
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +50,33 @@ def clients(regions):
         c.close()
 
 
-@READERS
-def test_healthy_three_regions_report_no_violation_and_what_was_produced(regions, clients, spark, topology, tmp_path,
-                                                                         reader):
+N, NARROW, LOCAL = 20, 4, 3
+
+
+@pytest.fixture(scope="module")
+def healthy(regions, clients) -> str:
     """Every region produces (batched and not); us-east also sends messages routed to eu-west only
-    (``replication_clusters``) and ap-south some kept local (``disable_replication``): nothing is missing where
-    a message was not routed, nothing else is wrong, and the counts are what was produced."""
-    need(reader, spark)
+    (``replication_clusters``) and ap-south some kept local (``disable_replication``). Returns the topic, fully
+    replicated (each reader audits it: reading changes nothing)."""
     ns = namespace(regions, (EAST, WEST, SOUTH))
     topic = f"persistent://{ns}/three"
-    n, narrow, local = 20, 4, 3
-    produce(clients[EAST], topic, "east-app", n, batching=False)
-    produce(clients[WEST], topic, "west-app", n, batching=True)
-    produce(clients[SOUTH], topic, "south-app", n, batching=False)
-    produce(clients[EAST], topic, "east-narrow", narrow, batching=False, replication_clusters=[EAST, WEST])
-    produce(clients[SOUTH], topic, "south-local", local, batching=True, disable_replication=True)
+    produce(clients[EAST], topic, "east-app", N, batching=False)
+    produce(clients[WEST], topic, "west-app", N, batching=True)
+    produce(clients[SOUTH], topic, "south-app", N, batching=False)
+    produce(clients[EAST], topic, "east-narrow", NARROW, batching=False, replication_clusters=[EAST, WEST])
+    produce(clients[SOUTH], topic, "south-local", LOCAL, batching=True, disable_replication=True)
     wait_replicated(regions, topic, [EAST, WEST, SOUTH], [EAST, WEST, SOUTH])
+    return topic
+
+
+@READERS
+def test_healthy_three_regions_report_no_violation_and_what_was_produced(healthy, spark, topology, tmp_path, reader):
+    """Nothing is missing where a message was not routed, nothing else is wrong, and the counts are what was
+    produced."""
+    need(reader, spark)
+    topic = healthy
+    ns = topic.removeprefix("persistent://").rsplit("/", 1)[0]
+    n, narrow, local = N, NARROW, LOCAL
 
     report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path, grace_s=5, reader=reader)
     assert report["inputs"]["reader"] == reader and report["inputs"]["replicate_to"] is True

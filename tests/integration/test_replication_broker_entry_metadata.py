@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from magnetar.protocol.client import Client, InitialPosition  # noqa: E402
-from spark.audit import session, source_available  # noqa: E402
+from spark.audit import source_available  # noqa: E402
 from spark.audit.runner import audit_deployment  # noqa: E402
 from tests.e2e.test_geo_replication import client, producer_for, wait_replicated  # noqa: E402
 from tests.kit.regions import start_regions  # noqa: E402
@@ -84,30 +84,24 @@ def test_a_copy_carries_its_own_regions_index_and_broker_time(regions, clients) 
     assert min(delays) >= 0 and max(delays) > 0, delays
 
 
-def test_the_audit_reports_a_replication_delay(regions, clients, tmp_path) -> None:
-    spark = session(master="local[2]", app_name="test-bem-audit")
-    try:
-        assert source_available(spark), "the Magnetar data source is not registered"
-        ns = regions.create_replicated_namespace(TENANT, f"ns-{uuid.uuid4().hex[:6]}", [EAST, WEST])
-        topic = f"persistent://{ns}/t"
-        for name in (EAST, WEST):  # a subscription keeps every copy stored (retention 0 trims the rest)
-            clients[name].subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
-        produce(clients[EAST], topic, "east-app", 200, batching=False)
-        produce(clients[WEST], topic, "west-app", 200, batching=True)
-        wait_replicated(regions, topic, [EAST, WEST], [EAST, WEST])
-        # The data source reads an open ledger only up to the LAC its bookies report, which lags behind a burst
-        # of pipelined appends (here: every replicated copy) - issue 16's tail. Unloading closes the ledgers.
-        for name in (EAST, WEST):
-            regions[name].admin("PUT", f"/admin/v2/persistent/{ns}/t/unload")
-        doc = {"regions": {name: {"zookeeper": {"connect": r.zk_connect},
-                                  "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in r.brokers]}
-                           for name, r in regions.items()}}
-        topology = pathlib.Path(tmp_path) / "topology.json"
-        topology.write_text(json.dumps(doc))
-        report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path / "out", grace_s=5,
-                                  reader="source", subscriptions=False)
-    finally:
-        spark.stop()
+def test_the_audit_reports_a_replication_delay(regions, clients, tmp_path, spark_session) -> None:
+    spark = spark_session  # the test run's shared local session (tests/conftest.py)
+    assert source_available(spark), "the Magnetar data source is not registered"
+    ns = regions.create_replicated_namespace(TENANT, f"ns-{uuid.uuid4().hex[:6]}", [EAST, WEST])
+    topic = f"persistent://{ns}/t"
+    for name in (EAST, WEST):  # a subscription keeps every copy stored (retention 0 trims the rest)
+        clients[name].subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
+    produce(clients[EAST], topic, "east-app", 200, batching=False)
+    produce(clients[WEST], topic, "west-app", 200, batching=True)
+    wait_replicated(regions, topic, [EAST, WEST], [EAST, WEST])
+    # The ledgers stay open: the data source reads each up to its newest entry (explicit LAC once adds stop).
+    doc = {"regions": {name: {"zookeeper": {"connect": r.zk_connect},
+                              "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in r.brokers]}
+                       for name, r in regions.items()}}
+    topology = pathlib.Path(tmp_path) / "topology.json"
+    topology.write_text(json.dumps(doc))
+    report = audit_deployment(spark, topology, namespace=ns, out_dir=tmp_path / "out", grace_s=5,
+                              reader="source", subscriptions=False)
     assert report["inputs"]["arrival"] == "__brokerPublishTime"
     assert report["violations"] == 0, report["checks"]
     for direction in (f"{EAST} -> {WEST}", f"{WEST} -> {EAST}"):

@@ -1,7 +1,7 @@
 """``spark.read.format("magnetar")`` and ``readStream`` against real regions, checked against what pulsar-client sent.
 
 One deployment serves the module: two regions (us-east, eu-west: each a ZooKeeper chroot, two bookies, one
-broker; ledgers roll over every 200 entries so topics span several ledgers) and one local Spark session.
+broker; ledgers roll over every 200 entries so topics span several ledgers) and the test run's shared local Spark session.
 Every topic is checked row by row against the producers' own record (the message ids pulsar-client's send
 callbacks returned, payloads, keys, properties, event times, producer names, sequence ids): nothing missing,
 nothing extra. An open ledger is read up to its newest entry (the broker's ledger writer sends an explicit LAC
@@ -47,12 +47,9 @@ def regions(tmp_path_factory, zk_server):
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from spark.session import session
-
-    s = session("local[2]", "test-spark-source")
-    yield s
-    s.stop()
+def spark(spark_session):
+    """The test run's shared local session (``tests/conftest.py``)."""
+    return spark_session
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The audit's checks on small DataFrames, with real Spark (one local session for the module).
+"""The audit's checks on small DataFrames, with real Spark (the test run's shared local session).
 
 Every case builds the rows a data source would return for a few messages in two or three regions
 (``Regions.publish`` writes the origin copy and its replicated copies as a replicator stores them), breaks one
@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from spark.audit import AuditInputError, SubscriptionOutcome, build, run_audit, session  # noqa: E402
+from spark.audit import AuditInputError, SubscriptionOutcome, build, run_audit  # noqa: E402
 from spark.audit import columns as C  # noqa: E402
 from spark.audit.checks import delay_stats, pack  # noqa: E402
 
@@ -33,10 +33,9 @@ SCHEMA = StructType([*C.CONTRACT_SCHEMA.fields, C.REPLICATE_TO_FIELD, C.BROKER_P
 
 
 @pytest.fixture(scope="module")
-def spark():
-    s = session(master="local[2]", app_name="test-audit-checks", conf={"spark.sql.shuffle.partitions": "4"})
-    yield s
-    s.stop()
+def spark(spark_session):
+    """The test run's shared local session (``tests/conftest.py``)."""
+    return spark_session
 
 
 @dataclass
