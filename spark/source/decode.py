@@ -22,6 +22,7 @@ Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :met
 from __future__ import annotations
 
 from itertools import repeat
+from operator import attrgetter, itemgetter
 
 import pyarrow as pa
 
@@ -36,6 +37,8 @@ _TIMESTAMP = ARROW_SCHEMA.field("__publishTime").type
 _PROPERTIES = ARROW_SCHEMA.field("__messageProperties").type
 _CLUSTERS = ARROW_SCHEMA.field("__replicateTo").type
 _U64 = 1 << 64
+_METADATA, _PAYLOAD = itemgetter(0), itemgetter(1)  # of a split_batch item
+_COMPACTED_OUT = attrgetter("compacted_out")
 
 
 def _varint(value: int) -> bytes:
@@ -185,16 +188,19 @@ class RowBuilder:
     def _add_batch(self, prefix: bytes, md, payload: bytes, last_index: int | None) -> int:
         count = md.num_messages_in_batch
         items = split_batch(payload, count)
+        metas = list(map(_METADATA, items))
         indexes = range(count)
-        if any(sm.compacted_out for sm, _ in items):  # only in a compacted ledger: keep the index of each
-            indexes = [i for i, (sm, _) in enumerate(items) if not sm.compacted_out]
+        if any(map(_COMPACTED_OUT, metas)):  # only in a compacted ledger: keep the index of each
+            indexes = [i for i, sm in enumerate(metas) if not sm.compacted_out]
             items = [items[i] for i in indexes]
-        metas = [sm for sm, _ in items]
+            metas = [metas[i] for i in indexes]
         head, tail = prefix + b"\x20", b"\x30" + _vi(count)
         base_sequence = md.sequence_id
-        self._values.extend([value for _, value in items])
+        self._values.extend(map(_PAYLOAD, items))
         self._keys.extend([sm.partition_key if sm.HasField("partition_key") else None for sm in metas])
-        self._ids.extend([head + _vi(i) + tail for i in indexes])
+        small = _SMALL if count <= len(_SMALL) else None
+        self._ids.extend([head + small[i] + tail for i in indexes] if small is not None
+                         else [head + _vi(i) + tail for i in indexes])
         self._events.extend([sm.event_time * 1000 if sm.event_time else None for sm in metas])
         self._sequences.extend([sm.sequence_id if sm.HasField("sequence_id") else base_sequence + i
                                 for i, sm in zip(indexes, metas)])
