@@ -53,6 +53,10 @@ class NetnsError(MagnetarError):
     """A namespace, veth, address or route could not be made or removed (the message names the ``ip`` call)."""
 
 
+class OctetsTakenError(NetnsError):
+    """The layout's addresses were taken by another build between choosing them and building (choose again)."""
+
+
 def _ip(*args: str, netns: Optional[str] = None, check: bool = True) -> subprocess.CompletedProcess:
     argv = ["ip", *(["-n", netns] if netns else []), *args]
     result = subprocess.run(argv, capture_output=True, text=True)
@@ -218,7 +222,7 @@ def build(layout: Layout) -> None:
         if left:
             raise NetnsError(f"namespaces of prefix {layout.prefix} already exist ({', '.join(left)})")
         if _octet_in_use(layout.octet, _used_prefixes()):
-            raise NetnsError(f"10.{layout.octet}.0.0/16 or 10.{layout.octet + 1}.0.0/16 is in use meanwhile")
+            raise OctetsTakenError(f"10.{layout.octet}.0.0/16 or 10.{layout.octet + 1}.0.0/16 is in use meanwhile")
         try:
             _build(layout)
         except BaseException:
@@ -300,8 +304,15 @@ class Wan:
     @classmethod
     def create(cls, names: Sequence[str], *, prefix: Optional[str] = None) -> "Wan":
         """Builds namespaces for ``names`` under ``prefix`` (default: ``mgt`` + 6 random hex digits)."""
-        layout = Layout.choose(prefix or f"mgt{uuid.uuid4().hex[:6]}", names)
-        build(layout)
+        prefix = prefix or f"mgt{uuid.uuid4().hex[:6]}"
+        for attempt in range(5):  # another build (a parallel test, an `up`) may take the octets first
+            layout = Layout.choose(prefix, names)
+            try:
+                build(layout)
+                break
+            except OctetsTakenError:
+                if attempt == 4:
+                    raise
         return cls(layout=layout, regions={
             name: RegionNet(name=name, index=layout.index(name), netns=layout.netns(name), octet=layout.octet)
             for name in names})
