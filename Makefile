@@ -6,6 +6,9 @@ VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 DATA_DIR ?= .magnetar/demo
 PYTEST_ARGS ?=
+# Tests run in two pytest-xdist workers, a whole file per worker (module fixtures start once): most tests wait
+# on processes, sockets and ZooKeeper, so two share a 2-core machine well. TEST_WORKERS=0 runs them in one.
+TEST_WORKERS ?= 2
 
 .PHONY: test demo install zookeeper prometheus fuse down proto clean
 
@@ -28,7 +31,7 @@ fuse:
 	@scripts/ensure-fuse
 
 test: install fuse
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/magnetar demo --data-dir $(DATA_DIR)
