@@ -91,3 +91,14 @@ def test_add_transport_and_add_port_settings_are_checked(tmp_path) -> None:
     for bad in (-2, 65536):
         with pytest.raises(ConfigError, match="add_port"):
             BookieConfig(data_dir=tmp_path, add_port=bad)
+
+
+def test_broker_setting_reaches_the_ledger_client_config(tmp_path) -> None:
+    from broker.config import BrokerConfig
+    from magnetar.config import derive
+
+    for transport in ("tcp", "grpc"):
+        broker = BrokerConfig(data_dir=tmp_path, zookeeper="z:1", managed_ledger_add_transport=transport)
+        assert derive(LedgerClientConfig, broker, prefix="managed_ledger_").add_transport == transport
+    with pytest.raises(ConfigError, match="managed_ledger_add_transport"):
+        BrokerConfig(data_dir=tmp_path, zookeeper="z:1", managed_ledger_add_transport="quic")
