@@ -13,6 +13,7 @@ connections to finish writing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import AsyncIterator, Optional
 
@@ -101,9 +102,10 @@ class AddListener:
             except TimeoutError:
                 raise FrameError(f"no preamble within {PREAMBLE_TIMEOUT_S:g} s") from None
             self.service.metrics.add_streams["tcp"].inc()
-            async for response in self.service.add_pipeline(_frames(reader)):
-                writer.write(encode_frame(response.SerializeToString()))
-                await writer.drain()
+            async with contextlib.aclosing(self.service.add_pipeline(_frames(reader))) as responses:
+                async for response in responses:
+                    writer.write(encode_frame(response.SerializeToString()))
+                    await writer.drain()
             clean = True
         except FrameError as err:
             log.warning("add connection from %s: %s; closing it", peer, err)

@@ -15,6 +15,7 @@ journal group is durable. A bad request gets its own non-OK AddResponse and does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import shutil
@@ -115,8 +116,10 @@ class BookieService:
 
     async def add_entries(self, request_iterator, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         self.metrics.add_streams["grpc"].inc()
-        async for response in self.add_pipeline(request_iterator):
-            yield response.SerializeToString()
+        # aclosing: when gRPC closes this generator (the call ended), the pipeline's own cleanup runs now.
+        async with contextlib.aclosing(self.add_pipeline(request_iterator)) as responses:
+            async for response in responses:
+                yield response.SerializeToString()
 
     async def add_pipeline(self, request_iterator: AsyncIterator[bytes]) -> AsyncIterator[bookie_pb2.AddResponse]:
         """The add conversation of one stream, whatever carries it (gRPC AddEntries or the add port,
