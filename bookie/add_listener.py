@@ -65,8 +65,7 @@ class AddListener:
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=_READ_BUFFER_BYTES,
-                                                  reuse_address=True)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=_READ_BUFFER_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop_accepting(self) -> None:
@@ -93,7 +92,7 @@ class AddListener:
         clean = False
         try:
             tune_tcp_socket(writer.get_extra_info("socket"), keepalive_idle_s=self.keepalive_idle_s,
-                        keepalive_timeout_s=self.keepalive_timeout_s)
+                            keepalive_timeout_s=self.keepalive_timeout_s)
             try:
                 async with asyncio.timeout(PREAMBLE_TIMEOUT_S):
                     check_preamble(await reader.readexactly(len(PREAMBLE)))

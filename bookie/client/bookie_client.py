@@ -4,10 +4,11 @@ Adds are pipelined: ledger handles queue framed entries with :meth:`BookieClient
 task packs everything queued into one AddRequest (up to ``max_request_bytes``) and writes it on a single
 long-lived add stream: a TCP connection to the bookie's add port when it registered one (``add_address``;
 one grpc.aio stream write costs several times the CPU of a transport write, see docs/latency.md), else a
-gRPC AddEntries stream (:mod:`bookie.client.add_streams`). A reader task matches responses to requests in order (the bookie answers in
-the order it received) and calls each entry's callback. When the stream breaks, or the oldest request waits
-longer than ``add_timeout_s``, every queued and in-flight entry is failed with UNAVAILABLE: the ledger
-handle turns that into an ensemble change. The next add opens a new stream.
+gRPC AddEntries stream (:mod:`bookie.client.add_streams`). A reader task matches responses to requests in
+order (the bookie answers in the order it received) and calls each entry's callback. When the stream
+breaks, or the oldest request waits longer than ``add_timeout_s``, every queued and in-flight entry is
+failed with UNAVAILABLE: the ledger handle turns that into an ensemble change. The next add opens a new
+stream.
 
 Reads, fencing, LAC and deletes are unary or server-streaming calls with a deadline; gRPC errors are mapped
 to ``bookie.errors`` types here, at the boundary.

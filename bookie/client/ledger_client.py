@@ -93,7 +93,8 @@ class LedgerClientConfig:
 
     def __post_init__(self) -> None:
         if self.add_transport not in ADD_TRANSPORTS:
-            raise ConfigError(f"add_transport must be one of {', '.join(ADD_TRANSPORTS)}, not {self.add_transport!r}")
+            raise ConfigError(f"add_transport must be one of {', '.join(ADD_TRANSPORTS)}, "
+                              f"not {self.add_transport!r}")
     explicit_lac_interval_ms: int = 100
 
 
