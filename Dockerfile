@@ -23,5 +23,5 @@ RUN pip install --no-cache-dir . && rm -rf build
 
 # Configuration files are mounted here by docker-compose.yml; data goes to a volume under /var/lib/magnetar.
 VOLUME ["/var/lib/magnetar"]
-EXPOSE 2181 3181 6650 6651 8000 8080 8443
+EXPOSE 2181 3181 3182 6650 6651 8000 8080 8443
 CMD ["magnetar", "--help"]

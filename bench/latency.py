@@ -20,7 +20,8 @@ Systems, each started here in a temporary directory on the same disk and stopped
   ``pulsar`` = the official pulsar-client, ``send_async`` with a callback per message, batching on (at most
   1,000 messages / 128 KiB / ``--batch-delay-ms`` per batch); ``magnetar`` = Magnetar's asyncio client,
   each tick's due messages sent as one pre-built batch entry. At the end the broker's and bookies' stage
-  histograms of each point are printed (``magnetar perf --stages-from``'s table).
+  histograms of each point are printed (``magnetar perf --stages-from``'s table), headed by the CPU time the
+  broker and the bookies used per acknowledged message during the point (``/proc``: user + system).
 * ``nats``: ``nats-server`` with JetStream file storage; nats-py, one connection (see bench/latency_peers.py).
 * ``redis``: ``redis-server`` with ``appendfsync always``; redis-py ``XADD`` pipelined over
   ``--redis-connections`` connections.
@@ -223,6 +224,7 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
             "--batch-delay-ms", str(batch_delay_ms), "--interval", str(max(1.0, seconds / 2)), "--json", str(out)]
     row: dict[str, Any] = {"system": label, "client": _CLIENT_LABELS[client], "rate": rate}
     before = _scrape_by_process(dep)
+    cpu_before = _cpu_by_kind(dep)
     profilers: list[subprocess.Popen] = []
     with open(log, "w") as log_file:
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, text=True)
@@ -241,6 +243,7 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
         if p.returncode:
             print(f"profile: py-spy exited {p.returncode}: {err.strip()[-300:]}", file=sys.stderr)
     stages = stage_rows_by_process(before, _scrape_by_process(dep))
+    cpu_s = {kind: after - cpu_before.get(kind, 0.0) for kind, after in _cpu_by_kind(dep).items()}
     if code != 0 or not out.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         row.update(errors=0, error=f"perf exited {code}: {' '.join(tail)[-200:]}")
@@ -248,7 +251,24 @@ def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: floa
     got = json.loads(out.read_text())
     row.update(achieved=got["msg_per_s"], latency_ms=got["latency_ms"], errors=got["errors"],
                messages=got["messages"])
+    if got["messages"]:
+        row["cpu_us_per_msg"] = {kind: round(s * 1e6 / got["messages"], 1) for kind, s in cpu_s.items()}
     return row, stages
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux ``/proc``; 0 where unreadable)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_kind(dep: Magnetar) -> dict[str, float]:
+    """CPU seconds used so far by the broker and by the bookies together."""
+    return {"broker": _cpu_seconds(dep.broker.process.pid),
+            "bookies": sum(_cpu_seconds(b.process.pid) for b in dep.bookies)}
 
 
 _CLIENT_LABELS = {"pulsar": "pulsar-client", "magnetar": "magnetar-perf"}
@@ -433,7 +453,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                 dep, client=client, rate=rate, seconds=args.seconds, size=args.size,
                                 batch_delay_ms=args.batch_delay_ms, work=work, profile=profile, label=label)
                             rows.append(row)
-                            stages.append((f"{label} {row['client']} {rate:,.0f} msg/s", point_stages))
+                            cpu = row.get("cpu_us_per_msg")
+                            cpu_text = (f" (CPU per message: broker {cpu['broker']:.0f} µs, bookies "
+                                        f"{cpu['bookies']:.0f} µs)" if cpu else "")
+                            stages.append((f"{label} {row['client']} {rate:,.0f} msg/s{cpu_text}", point_stages))
                             print(f"{label} {row['client']} {rate:,.0f} msg/s: {_brief(row)}", file=sys.stderr)
                 finally:
                     dep.close()

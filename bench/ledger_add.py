@@ -12,9 +12,15 @@ Prints one line per entry size and phase, e.g.::
     64 KiB @50%: 825 entries/s, 51.6 MB/s, p50 2.0 ms, p99 6.1 ms, p99.9 9.0 ms
 
 Latency is from ``add_nowait`` to the acknowledgement (Qa bookies fsynced, every earlier entry acked),
-recorded in an HdrHistogram in microseconds.
+recorded in an HdrHistogram in microseconds. Each line also gives this process's CPU time per acknowledged
+entry (the ledger client's cost: framing, the add stream's writes and reads, settling).
 
-Usage: ``.venv/bin/python bench/ledger_add.py [--sizes 1024,65536] [--seconds 10] [--data-dir D]``
+``--transports tcp,grpc --rounds 3`` runs every phase with each add transport in turn (the bookies' add
+port, or gRPC's AddEntries stream: ``LedgerClientConfig.add_transport``), alternating, against the same
+bookies, so the two are compared under the same machine load.
+
+Usage: ``.venv/bin/python bench/ledger_add.py [--sizes 1024,65536] [--seconds 10] [--data-dir D]
+[--rate 10000 --transports tcp,grpc --rounds 3]``
 """
 
 from __future__ import annotations
@@ -95,30 +101,42 @@ async def _run_phase(client: LedgerClient, size: int, seconds: float, rate: floa
     return acked / elapsed, acked * size / elapsed / 1e6, hist
 
 
-def _line(label: str, rate: float, mbps: float, hist: HdrHistogram) -> str:
+def _line(label: str, rate: float, mbps: float, hist: HdrHistogram, cpu_us: float) -> str:
     p = lambda q: hist.get_value_at_percentile(q) / 1000.0  # noqa: E731
-    return f"{label}: {rate:,.0f} entries/s, {mbps:.1f} MB/s, p50 {p(50):.1f} ms, p99 {p(99):.1f} ms, p99.9 {p(99.9):.1f} ms"
+    return (f"{label}: {rate:,.0f} entries/s, {mbps:.1f} MB/s, p50 {p(50):.1f} ms, p99 {p(99):.1f} ms, "
+            f"p99.9 {p(99.9):.1f} ms, client CPU {cpu_us:.0f} µs/entry")
 
 
-async def bench(zk_connect: str, sizes: list[int], seconds: float, window_bytes: int, fixed_rate: float | None = None, inflight: int = 2) -> list[str]:
+async def _measured(client: LedgerClient, size: int, seconds: float, rate: float | None, window_bytes: int):
+    cpu = time.process_time()
+    rate, mbps, hist = await _run_phase(client, size, seconds, rate, window_bytes)
+    entries = max(1, hist.get_total_count())
+    return rate, mbps, hist, (time.process_time() - cpu) * 1e6 / entries
+
+
+async def bench(zk_connect: str, sizes: list[int], seconds: float, window_bytes: int, fixed_rate: float | None = None,
+                inflight: int = 2, transports: tuple[str, ...] = ("tcp",), rounds: int = 1) -> list[str]:
     store = KazooMetadataStore(zk_connect)
     await store.start()
     lines = []
     try:
-        config = LedgerClientConfig(max_inflight_requests=inflight)
-        async with LedgerClient(RegionStore(store), config=config) as client:
-            for size in sizes:
-                if fixed_rate:
-                    rate, mbps, hist = await _run_phase(client, size, seconds, fixed_rate, window_bytes)
-                    lines.append(_line(f"{_fmt_size(size)} @{fixed_rate:.0f}/s", rate, mbps, hist))
-                    print(lines[-1], flush=True)
-                    continue
-                rate, mbps, hist = await _run_phase(client, size, seconds, None, window_bytes)
-                lines.append(_line(f"{_fmt_size(size)} peak", rate, mbps, hist))
-                print(lines[-1], flush=True)
-                half_rate, half_mbps, half_hist = await _run_phase(client, size, seconds, rate / 2, window_bytes)
-                lines.append(_line(f"{_fmt_size(size)} @50%", half_rate, half_mbps, half_hist))
-                print(lines[-1], flush=True)
+        for round_no in range(1, rounds + 1):
+            for transport in transports:
+                config = LedgerClientConfig(max_inflight_requests=inflight, add_transport=transport)
+                tag = f" [{transport}]" + (f" round {round_no}" if rounds > 1 else "")
+                async with LedgerClient(RegionStore(store), config=config) as client:
+                    for size in sizes:
+                        if fixed_rate:
+                            rate, mbps, hist, cpu = await _measured(client, size, seconds, fixed_rate, window_bytes)
+                            lines.append(_line(f"{_fmt_size(size)} @{fixed_rate:.0f}/s{tag}", rate, mbps, hist, cpu))
+                            print(lines[-1], flush=True)
+                            continue
+                        rate, mbps, hist, cpu = await _measured(client, size, seconds, None, window_bytes)
+                        lines.append(_line(f"{_fmt_size(size)} peak{tag}", rate, mbps, hist, cpu))
+                        print(lines[-1], flush=True)
+                        half = await _measured(client, size, seconds, rate / 2, window_bytes)
+                        lines.append(_line(f"{_fmt_size(size)} @50%{tag}", *half))
+                        print(lines[-1], flush=True)
     finally:
         await store.close()
     return lines
@@ -133,6 +151,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, help="only one phase, paced at this many entries/s")
     parser.add_argument("--inflight", type=int, default=2, help="AddRequests in flight per bookie")
     parser.add_argument("--topology", default=str(REPO / "clusters" / "standalone.toml"))
+    parser.add_argument("--transports", default="tcp", help="add transports to compare, in turn: tcp, grpc")
+    parser.add_argument("--rounds", type=int, default=1, help="times to run every transport, alternating")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     magnetar = [sys.executable, "-m", "magnetar"]
@@ -144,7 +164,8 @@ def main() -> int:
         topology = json.loads((data_dir / "topology.json").read_text())
         region = next(iter(topology["regions"].values()))
         zk_connect = region["zookeeper"]["connect"]
-        asyncio.run(bench(zk_connect, sizes, args.seconds, int(args.window_mb * 1024 * 1024), args.rate, args.inflight))
+        asyncio.run(bench(zk_connect, sizes, args.seconds, int(args.window_mb * 1024 * 1024), args.rate, args.inflight,
+                          tuple(args.transports.split(",")), args.rounds))
     finally:
         if own:
             subprocess.run(magnetar + ["down", "--data-dir", str(data_dir)], check=False)

@@ -27,6 +27,9 @@ class BookieConfig(TomlSettings):
         bookie_id: the identity registered in ZooKeeper; default ``"<advertised_host>:<port>"``.
         bind_host: address the gRPC and HTTP servers bind.
         port: gRPC port; 0 picks a free one (logged and written to ``endpoints.json``).
+        add_port: the add port (AddEntries over plain TCP, :mod:`bookie.add_listener`), bound on ``bind_host``
+            and registered in ZooKeeper so ledger clients send their adds there rather than over gRPC;
+            0 picks a free one, -1 turns it off (clients then add over gRPC).
         http_port: ``/metrics`` and ``/health`` port; 0 picks a free one.
         advertised_host: the host clients use to reach this bookie (registered in ZooKeeper).
         zookeeper: the region's local ZooKeeper connect string (``host:port[,host:port]/chroot``); empty runs
@@ -67,6 +70,7 @@ class BookieConfig(TomlSettings):
     bookie_id: str = ""
     bind_host: str = "127.0.0.1"
     port: int = 3181
+    add_port: int = 0
     http_port: int = 0
     advertised_host: str = "127.0.0.1"
     zookeeper: str = ""
@@ -118,6 +122,8 @@ class BookieConfig(TomlSettings):
             value = getattr(self, name)
             if not 0 <= value <= 65535:
                 raise ConfigError(f"{name} must be in 0..65535, not {value}")
+        if not -1 <= self.add_port <= 65535:
+            raise ConfigError(f"add_port must be in 0..65535, or -1 (no add port), not {self.add_port}")
         positive = (
             "journal_max_size_bytes",
             "write_cache_max_bytes",

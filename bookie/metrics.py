@@ -52,6 +52,13 @@ class BookieMetrics(StorageObserver):
         self.add_requests_failed = counter(
             "magnetar_bookie_add_requests_failed_total", "Add requests answered with a status other than OK."
         )
+        streams = Counter("magnetar_bookie_add_streams_total",
+                          "Add streams opened, by transport (grpc: AddEntries calls; tcp: add-port connections).",
+                          ["bookie", "transport"], registry=registry)
+        self.add_streams = {t: streams.labels(bookie=bookie_id, transport=t) for t in ("grpc", "tcp")}
+        self.add_connections_broken = counter(
+            "magnetar_bookie_add_connections_broken_total",
+            "Add-port connections closed for breaking the framing (a wrong preamble, an oversized or cut frame).")
         self.add_latency = histogram(
             "magnetar_bookie_add_latency_seconds", "Add request receipt to acknowledgement.", _LATENCY_BUCKETS_S
         )

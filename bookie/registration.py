@@ -26,6 +26,7 @@ class Registration:
         bookie_id: str,
         address: str,
         http_address: str,
+        add_address: str = "",
         session_timeout_ms: int,
         on_session: Optional[Callable[[str], None]] = None,
     ) -> None:
@@ -33,6 +34,7 @@ class Registration:
         self.bookie_id = bookie_id
         self.address = address
         self.http_address = http_address
+        self.add_address = add_address
         self.session_timeout_ms = session_timeout_ms
         self.on_session = on_session
         self._store = None
@@ -50,7 +52,7 @@ class Registration:
         await self._region.register_bookie(
             BookieRegistration(
                 bookie_id=self.bookie_id, address=self.address, http_address=self.http_address,
-                version=magnetar.__version__,
+                version=magnetar.__version__, add_address=self.add_address,
             ),
             read_only=read_only,
         )

@@ -1,4 +1,4 @@
-"""The bookie process: configuration, storage, gRPC server, metrics, disk monitor, ZooKeeper registration.
+"""The bookie process: configuration, storage, gRPC server, add port, metrics, disk monitor, ZooKeeper registration.
 
 ``run(config_path)`` is what ``magnetar bookie --config bookie.toml`` calls. Start-up order matters:
 the gRPC port is bound first (so a ``port = 0`` bookie knows its id), the journal is replayed before the
@@ -23,6 +23,7 @@ from magnetar import process_main
 from observability import MetricsServer, serve_metrics
 from observability.runtime import RuntimeMetrics, tune_runtime
 
+from .add_listener import AddListener
 from .config import BookieConfig
 from .disk import DiskMonitor
 from .errors import BookieError
@@ -70,6 +71,7 @@ class BookieServer:
         self.metrics: Optional[BookieMetrics] = None
         self._server: Optional[grpc.aio.Server] = None
         self._http: Optional[MetricsServer] = None
+        self._add_listener: Optional[AddListener] = None
         self._disk: Optional[DiskMonitor] = None
         self._registration: Optional[Registration] = None
         self._zk_session = ""
@@ -79,6 +81,13 @@ class BookieServer:
     @property
     def address(self) -> str:
         return f"{self.config.advertised_host}:{self.port}"
+
+    @property
+    def add_address(self) -> str:
+        """``host:port`` of the add port, "" when it is off."""
+        if self._add_listener is None:
+            return ""
+        return f"{self.config.advertised_host}:{self._add_listener.port}"
 
     @property
     def http_address(self) -> str:
@@ -113,6 +122,17 @@ class BookieServer:
         self._server.add_generic_rpc_handlers((self.service.handler(),))
         await self._server.start()
         log.info("gRPC BookieService listening on %s:%d (advertised %s)", config.bind_host, self.port, self.address)
+        if config.add_port >= 0:
+            keepalive_s = config.grpc_keepalive_interval_ms / 1000
+            self._add_listener = AddListener(self.service, config.bind_host, config.add_port,
+                                             keepalive_idle_s=keepalive_s, keepalive_timeout_s=keepalive_s)
+            try:
+                await self._add_listener.start()
+            except OSError as err:
+                raise BookieError(f"cannot bind the add port {config.bind_host}:{config.add_port}: "
+                                  f"{err.strerror or err}") from None
+            log.info("add port (AddEntries over TCP) listening on %s:%d (advertised %s)", config.bind_host,
+                     self._add_listener.port, self.add_address)
         self._http = serve_metrics(self.registry, config.bind_host, config.http_port, health=self._health)
         self.http_port = self._http.port
         log.info("metrics on http://%s:%d/metrics", config.bind_host, self.http_port)
@@ -124,6 +144,7 @@ class BookieServer:
         if config.zookeeper:
             self._registration = Registration(
                 config.zookeeper, bookie_id=self.bookie_id, address=self.address, http_address=self.http_address,
+                add_address=self.add_address,
                 session_timeout_ms=config.zk_session_timeout_ms, on_session=self._on_zk_session,
             )
             await self._registration.start(read_only=self._disk.read_only)
@@ -143,12 +164,16 @@ class BookieServer:
             self.runtime_metrics.close()
         if self.service is not None:
             self.service.closing = True
+        if self._add_listener is not None:
+            self._add_listener.stop_accepting()
         if self._disk is not None:
             await self._disk.close()
         if self._registration is not None:
             await self._registration.close()
         if self.service is not None:
             await self.service.drain(timeout_s=self.config.shutdown_grace_ms / 1000)
+        if self._add_listener is not None:
+            await self._add_listener.close(timeout_s=self.config.shutdown_grace_ms / 1000)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_ms / 1000)
         if self.storage is not None:
@@ -189,6 +214,7 @@ class BookieServer:
             "bookie_id": self.bookie_id,
             "grpc": self.address,
             "http": self.http_address,
+            "add": self.add_address,
             "pid": os.getpid(),
             "zk_session": self._zk_session,
         }

@@ -6,7 +6,8 @@ wire and a malformed message is answered INVALID_ARGUMENT with a message saying 
 deserializer would fail the call with a vague INTERNAL). Responses are serialized here too. Any unexpected
 exception is logged and answered INTERNAL; the server keeps serving.
 
-AddEntries is a pipeline: a reader task accepts each request as it arrives (validation, write cache,
+AddEntries is a pipeline (:meth:`BookieService.add_pipeline`, shared with the add port of
+:mod:`bookie.add_listener`): a reader task accepts each request as it arrives (validation, write cache,
 journal queue: no waiting), and the response side answers them strictly in arrival order, each once its
 journal group is durable. A bad request gets its own non-OK AddResponse and does not end the stream.
 """
@@ -14,6 +15,7 @@ journal group is durable. A bad request gets its own non-OK AddResponse and does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import shutil
@@ -113,6 +115,20 @@ class BookieService:
     # -- AddEntries --------------------------------------------------------------------------------------
 
     async def add_entries(self, request_iterator, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        self.metrics.add_streams["grpc"].inc()
+        # aclosing: when gRPC closes this generator (the call ended), the pipeline's own cleanup runs now.
+        async with contextlib.aclosing(self.add_pipeline(request_iterator)) as responses:
+            async for response in responses:
+                yield response.SerializeToString()
+
+    async def add_pipeline(self, request_iterator: AsyncIterator[bytes]) -> AsyncIterator[bookie_pb2.AddResponse]:
+        """The add conversation of one stream, whatever carries it (gRPC AddEntries or the add port,
+        ``bookie.add_listener``): serialized AddRequests in, their AddResponses out, in request order, answers
+        that are ready together coalesced into one response's ``more``.
+
+        A request iterator that raises (the peer went away, a framing error) ends the responses with that
+        exception once everything accepted before it is answered. :meth:`drain` ends every pipeline.
+        """
         pipeline: asyncio.Queue = asyncio.Queue(_PIPELINE_MAX_REQUESTS)
         reader = asyncio.create_task(self._read_adds(request_iterator, pipeline), name="bookie-add-reader")
         stream = (reader, pipeline)
@@ -137,7 +153,7 @@ class BookieService:
                     more.append(await self._answer(nxt))
                 if more:
                     response.more.extend(more)
-                yield response.SerializeToString()
+                yield response
         finally:
             self._add_streams.discard(stream)
             reader.cancel()

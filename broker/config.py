@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bookie.client.ledger_client import ADD_TRANSPORTS
 from config_store.models import BACKLOG_QUOTA_POLICIES as _BACKLOG_QUOTA_POLICIES
 from config_store.models import INACTIVE_TOPIC_DELETE_MODES as _INACTIVE_TOPIC_DELETE_MODES
 from magnetar.config import RegionServerSettings, TomlSettings, check_name, check_ports, derive
@@ -58,6 +59,9 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
         managed_ledger_max_ledger_size_bytes: ...or this many bytes...
         managed_ledger_max_ledger_rollover_time_ms: ...or this long after it was created.
         managed_ledger_cursor_persist_interval_ms: cursor positions are persisted at most this often.
+        managed_ledger_add_transport: ``"tcp"``: entries go to each bookie's add port (AddEntries over plain
+            TCP) when the bookie registered one, over gRPC otherwise; ``"grpc"``: always over gRPC (for
+            comparison). Reads and every other bookie call use gRPC.
         default_namespace_bundles: bundles (hash ranges) of a namespace created without explicit ones.
         deduplication_enabled: broker default of namespace deduplication (Pulsar ``brokerDeduplicationEnabled``).
         delayed_delivery_enabled: hold messages with a deliver-at time on Shared / Key_Shared subscriptions until
@@ -181,6 +185,7 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     managed_ledger_max_ledger_size_bytes: int = 2048 * _MiB
     managed_ledger_max_ledger_rollover_time_ms: int = 4 * 3600 * 1000
     managed_ledger_cursor_persist_interval_ms: int = 1000
+    managed_ledger_add_transport: str = "tcp"
     default_namespace_bundles: int = 4
     broker_entry_metadata_interceptors: tuple[str, ...] = ("timestamp", "index")
     exposing_broker_entry_metadata_to_client_enabled: bool = False
@@ -294,6 +299,9 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.managed_ledger_add_transport not in ADD_TRANSPORTS:
+            raise ConfigError(f"managed_ledger_add_transport must be one of {', '.join(ADD_TRANSPORTS)}, "
+                              f"not {self.managed_ledger_add_transport!r}")
         if self.managed_ledger_max_entries_per_ledger >= 1 << 32:
             # a replicator's sequence id is ledger_id << 32 | entry_id (broker.service.topics.dedup)
             raise ConfigError(f"managed_ledger_max_entries_per_ledger must be below 2**32, "

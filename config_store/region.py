@@ -174,7 +174,8 @@ class BookieCache:
     """The registered bookies, kept current by watches (one on each folder, one per bookie node).
 
     Once started it has loaded both folders; afterwards it follows every registration, removal, move and
-    content change. ``address_of`` remembers the last known address of a bookie that has gone, so readers
+    content change. ``address_of`` / ``registration_of`` remember the last known registration of a bookie that
+    has gone, so readers
     can still reach a bookie that is briefly unregistered (e.g. during its session re-establishment).
     Listeners and ``wait_for`` predicates run on the loop.
     """
@@ -184,7 +185,7 @@ class BookieCache:
     def __init__(self, store: MetadataStore) -> None:
         self._store = store
         self._entries: dict[bool, dict[str, BookieRegistration]] = {False: {}, True: {}}
-        self._addresses: dict[str, str] = {}
+        self._last_seen: dict[str, BookieRegistration] = {}
         self._folder_watches: dict[bool, WatchHandle] = {}
         self._node_watches: dict[tuple[bool, str], WatchHandle] = {}
         self._folders_loaded: set[bool] = set()
@@ -214,10 +215,15 @@ class BookieCache:
 
     def address_of(self, bookie_id: str) -> str | None:
         """The bookie's current address, else the last one seen, else None."""
+        registration = self.registration_of(bookie_id)
+        return registration.address if registration is not None else None
+
+    def registration_of(self, bookie_id: str) -> BookieRegistration | None:
+        """The bookie's current registration, else the last one seen, else None."""
         for entries in self._entries.values():
             if bookie_id in entries:
-                return entries[bookie_id].address
-        return self._addresses.get(bookie_id)
+                return entries[bookie_id]
+        return self._last_seen.get(bookie_id)
 
     def add_listener(self, callback: Callable[["BookieCache"], Any]) -> None:
         """``callback(cache)`` runs on the loop after each change."""
@@ -283,7 +289,7 @@ class BookieCache:
                 entries.pop(bookie_id, None)
             else:
                 entries[bookie_id] = reg
-                self._addresses[bookie_id] = reg.address
+                self._last_seen[bookie_id] = reg
         self._notify()
         self._check_ready()
 

@@ -16,22 +16,31 @@ from .models import _dumps, _field, _loads, _str_dict, _str_list
 
 @dataclass(frozen=True)
 class BookieRegistration:
-    """What a live bookie publishes about itself: ``address`` is its gRPC ``host:port``."""
+    """What a live bookie publishes about itself: ``address`` is its gRPC ``host:port``, ``add_address`` the
+    ``host:port`` of its add port (AddEntries over plain TCP; JSON ``"addAddress"``), "" when it has none.
+
+    ``addAddress`` is optional both ways: a registration without it (an older bookie) parses with "", and a
+    reader that does not know the field ignores it (the codec ignores unknown keys)."""
 
     bookie_id: str
     address: str
     http_address: str = ""
     version: str = ""  # the bookie's software version (JSON "softwareVersion": "version" is the schema's)
+    add_address: str = ""
 
     def to_json(self) -> bytes:
-        return _dumps("BookieRegistration", {"bookieId": self.bookie_id, "address": self.address,
-                                             "httpAddress": self.http_address, "softwareVersion": self.version})
+        fields = {"bookieId": self.bookie_id, "address": self.address, "httpAddress": self.http_address,
+                  "softwareVersion": self.version}
+        if self.add_address:
+            fields["addAddress"] = self.add_address
+        return _dumps("BookieRegistration", fields)
 
     @classmethod
     def from_json(cls, data: bytes) -> "BookieRegistration":
         k, o = "BookieRegistration", _loads("BookieRegistration", data)
         return cls(bookie_id=_field(k, o, "bookieId", str), address=_field(k, o, "address", str),
-                   http_address=_field(k, o, "httpAddress", str, ""), version=_field(k, o, "softwareVersion", str, ""))
+                   http_address=_field(k, o, "httpAddress", str, ""), version=_field(k, o, "softwareVersion", str, ""),
+                   add_address=_field(k, o, "addAddress", str, ""))
 
 
 class LedgerState(enum.Enum):

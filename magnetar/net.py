@@ -65,3 +65,22 @@ def wait_listening(host: str, port: int, *, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s")
+
+
+def tune_tcp_socket(sock: socket.socket | None, *, keepalive_idle_s: float, keepalive_timeout_s: float) -> None:
+    """TCP_NODELAY (a frame leaves at once, not behind Nagle), and TCP keepalive: after ``keepalive_idle_s``
+    without traffic the kernel probes the peer and drops the connection when ``keepalive_timeout_s`` of
+    probes go unanswered, so a dead peer of an idle connection is noticed (Linux options; skipped where
+    missing). Sent data left unacknowledged that long also drops it (TCP_USER_TIMEOUT)."""
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    probes = 3
+    interval_s = max(1, int(keepalive_timeout_s / probes))
+    for name, value in (("TCP_KEEPIDLE", max(1, int(keepalive_idle_s))), ("TCP_KEEPINTVL", interval_s),
+                        ("TCP_KEEPCNT", probes),
+                        ("TCP_USER_TIMEOUT", int((keepalive_idle_s + keepalive_timeout_s) * 1000))):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)

@@ -1,11 +1,14 @@
-"""The gRPC client of one bookie, shared by every ledger handle of a :class:`LedgerClient`.
+"""The client of one bookie, shared by every ledger handle of a :class:`LedgerClient`.
 
 Adds are pipelined: ledger handles queue framed entries with :meth:`BookieClient.add` (no await), a sender
 task packs everything queued into one AddRequest (up to ``max_request_bytes``) and writes it on a single
-long-lived AddEntries stream; a reader task matches responses to requests in order (the bookie answers in
-the order it received) and calls each entry's callback. When the stream breaks, or the oldest request waits
-longer than ``add_timeout_s``, every queued and in-flight entry is failed with UNAVAILABLE: the ledger
-handle turns that into an ensemble change. The next add opens a new stream.
+long-lived add stream: a TCP connection to the bookie's add port when it registered one (``add_address``;
+one grpc.aio stream write costs several times the CPU of a transport write, see docs/latency.md), else a
+gRPC AddEntries stream (:mod:`bookie.client.add_streams`). A reader task matches responses to requests in
+order (the bookie answers in the order it received) and calls each entry's callback. When the stream
+breaks, or the oldest request waits longer than ``add_timeout_s``, every queued and in-flight entry is
+failed with UNAVAILABLE: the ledger handle turns that into an ensemble change. The next add opens a new
+stream.
 
 Reads, fencing, LAC and deletes are unary or server-streaming calls with a deadline; gRPC errors are mapped
 to ``bookie.errors`` types here, at the boundary.
@@ -28,7 +31,7 @@ from grpc import aio
 from bookie.errors import BookieError, BookieUnavailableError, InvalidRequestError, status_to_error
 from magnetar.proto import bookie_pb2
 
-from .wire import frame_add_request
+from .add_streams import GrpcAddStream, TcpAddStream
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +105,17 @@ def map_rpc_error(bookie_id: str, err: grpc.RpcError) -> BookieError:
 
 
 class BookieClient:
-    """One bookie's channel, its pipelined add stream, and its read/fence/LAC calls."""
+    """One bookie's channel, its pipelined add stream, and its read/fence/LAC calls.
+
+    ``add_address`` (the bookie's add port, ``host:port``) carries the adds over TCP; "" keeps them on gRPC.
+    """
 
     def __init__(
         self,
         bookie_id: str,
         address: str,
         *,
+        add_address: str = "",
         add_timeout_s: float = 10.0,
         read_timeout_s: float = 5.0,
         max_request_bytes: int = 4 * 1024 * 1024,
@@ -118,6 +125,9 @@ class BookieClient:
     ) -> None:
         self.bookie_id = bookie_id
         self.address = address
+        self.add_address = add_address
+        self.keepalive_interval_ms = keepalive_interval_ms
+        self.keepalive_timeout_ms = keepalive_timeout_ms
         self.add_timeout_s = add_timeout_s
         self.read_timeout_s = read_timeout_s
         self.max_request_bytes = max_request_bytes
@@ -200,12 +210,27 @@ class BookieClient:
             return recovery, batch
         return False, []
 
+    def _open_add_stream(self):
+        if self.add_address:
+            return TcpAddStream(self.bookie_id, self.add_address, connect_timeout_s=self.add_timeout_s,
+                                keepalive_idle_s=self.keepalive_interval_ms / 1000,
+                                keepalive_timeout_s=self.keepalive_timeout_ms / 1000)
+        return GrpcAddStream(self.bookie_id, self._add_call)
+
     async def _run_stream(self) -> None:
-        call = self._add_call(wait_for_ready=False)
-        reader = asyncio.get_running_loop().create_task(self._read_responses(call))
-        watchdog = asyncio.get_running_loop().create_task(self._watch_timeouts())
+        stream = self._open_add_stream()
+        loop = asyncio.get_running_loop()
+        # The watchdog runs while connecting too: a connection attempt that hangs is an add that times out.
+        watchdog = loop.create_task(self._watch_timeouts())
+        opening = loop.create_task(stream.open())
+        reader: Optional[asyncio.Task] = None
         error: Optional[str] = None
         try:
+            await asyncio.wait({opening, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if not opening.done():
+                return  # the watchdog ended first: it says why below
+            opening.result()
+            reader = loop.create_task(self._read_responses(stream))
             while True:
                 if not self._queues[False] and not self._queues[True]:
                     self._wakeup.clear()
@@ -222,21 +247,24 @@ class BookieClient:
                     self._queued_since = None
                 request_id = next(self._request_ids)
                 self._inflight.append(_InFlight(request_id, time.monotonic(), batch))
-                await call.write(frame_add_request(request_id, [a.framed for a in batch], recovery=recovery))
+                await stream.write(request_id, [a.framed for a in batch], recovery=recovery)
         except asyncio.CancelledError:
             error = "bookie client closed"
             raise
         except grpc.RpcError as err:
             error = str(map_rpc_error(self.bookie_id, err))
+        except BookieError as err:
+            error = str(err)
         except Exception as err:  # noqa: BLE001 - any failure of the stream fails its entries, never hangs them
             error = f"bookie {self.bookie_id}: add stream failed: {err!r}"
         finally:
             if error is None:
                 error = self._stream_error(reader, watchdog)
-            call.cancel()
-            for task in (reader, watchdog):
+            tasks = [t for t in (opening, reader, watchdog) if t is not None]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(reader, watchdog, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            stream.close()
             self._fail_everything(error)
             if self.state is not ClientState.CLOSED:
                 self.state = ClientState.IDLE
@@ -252,8 +280,10 @@ class BookieClient:
                 waiter.cancel()
         return waiter in done
 
-    def _stream_error(self, reader: asyncio.Task, watchdog: asyncio.Task) -> str:
+    def _stream_error(self, reader: Optional[asyncio.Task], watchdog: asyncio.Task) -> str:
         for task in (watchdog, reader):
+            if task is None:
+                continue
             if task.done() and not task.cancelled():
                 exc = task.exception()
                 if exc is not None:
@@ -263,11 +293,9 @@ class BookieClient:
                 return f"bookie {self.bookie_id}: add stream ended"
         return f"bookie {self.bookie_id}: add stream ended"
 
-    async def _read_responses(self, call) -> None:
+    async def _read_responses(self, stream) -> None:
         while True:
-            response = await call.read()
-            if response is aio.EOF:
-                raise BookieUnavailableError(f"bookie {self.bookie_id}: add stream closed by the bookie")
+            response = await stream.read()
             self._settle(response)
             for later in response.more:  # answers to the following requests, ready at the same time
                 self._settle(later)

@@ -29,6 +29,7 @@ from typing import Optional
 
 from bookie.errors import BookieError, BookieUnavailableError
 from config_store import BadVersionError, LedgerMetadata, LedgerState, NotFoundError, RegionStore, Versioned
+from magnetar.errors import ConfigError
 from magnetar.proto import bookie_pb2
 
 from bookie.autorecovery.underreplication import DECOMMISSION
@@ -40,6 +41,8 @@ from .read_handle import ReadHandle, read_lac
 from .write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
+
+ADD_TRANSPORTS = ("tcp", "grpc")
 
 _RECOVERY_WINDOW_ENTRIES = 256
 
@@ -63,6 +66,9 @@ class LedgerClientConfig:
         keepalive_interval_ms: each bookie channel pings its bookie this often (gRPC keepalive); at least
             the bookies' ``grpc_keepalive_interval_ms``, or they answer GOAWAY ``too_many_pings``.
         keepalive_timeout_ms: a ping not acknowledged within this drops the connection.
+        add_transport: what carries adds to a bookie: ``"tcp"`` uses its add port (AddEntries over plain
+            TCP, ``bookie.add_frames``) when its registration names one and gRPC otherwise; ``"grpc"``
+            always uses gRPC's AddEntries stream (for comparison). Reads and every other call use gRPC.
         explicit_lac_interval_ms: BookKeeper's ``explicitLacInterval``. Bookies learn a writer's LAC from
             the adds that follow it, so an idle open ledger's newest entry would stay unreadable for readers
             that do not share the writer (the Spark source, a non-recovering open): when the writer's LAC has
@@ -83,6 +89,12 @@ class LedgerClientConfig:
     recovery_attempts_max: int = 5
     keepalive_interval_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
+    add_transport: str = "tcp"
+
+    def __post_init__(self) -> None:
+        if self.add_transport not in ADD_TRANSPORTS:
+            raise ConfigError(f"add_transport must be one of {', '.join(ADD_TRANSPORTS)}, "
+                              f"not {self.add_transport!r}")
     explicit_lac_interval_ms: int = 100
 
 
@@ -136,16 +148,19 @@ class LedgerClient:
 
     def bookie_client(self, bookie_id: str) -> BookieClient:
         """The (shared) client of a bookie, by id; follows a bookie that re-registered at a new address."""
-        address = self._bookies.address_of(bookie_id)
-        if address is None:
+        registration = self._bookies.registration_of(bookie_id)
+        if registration is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not registered and its address is unknown")
+        address = registration.address
+        add_address = registration.add_address if self.config.add_transport == "tcp" else ""
         client = self._clients.get(bookie_id)
-        if client is None or client.address != address:
+        if client is None or client.address != address or client.add_address != add_address:
             if client is not None:
                 asyncio.get_running_loop().create_task(client.close())
             client = BookieClient(
                 bookie_id,
                 address,
+                add_address=add_address,
                 add_timeout_s=self.config.add_timeout_s,
                 read_timeout_s=self.config.read_timeout_s,
                 max_request_bytes=self.config.max_request_bytes,

@@ -12,6 +12,8 @@ single cost. ``tests/unit/test_ledger_wire.py`` checks the bytes parse back as t
 
 from __future__ import annotations
 
+from bookie.add_frames import frame_header
+
 # Field tags of AddRequest: (field_number << 3) | wire_type.
 _TAG_REQUEST_ID = b"\x08"  # field 1, varint
 _TAG_ENTRIES = b"\x12"  # field 2, length-delimited
@@ -46,9 +48,15 @@ def encode_entry(ledger_id: int, entry_id: int, last_add_confirmed: int, payload
     return b"".join((_TAG_ENTRIES, varint(len(fields) + len(payload)), fields, payload))
 
 
-def frame_add_request(request_id: int, framed_entries: list[bytes], *, recovery: bool = False) -> bytes:
-    """The serialized AddRequest carrying ``framed_entries`` (outputs of :func:`encode_entry`): one copy."""
+def frame_add_request(request_id: int, framed_entries: list[bytes], *, recovery: bool = False,
+                      length_prefixed: bool = False) -> bytes:
+    """The serialized AddRequest carrying ``framed_entries`` (outputs of :func:`encode_entry`): one copy.
+
+    ``length_prefixed`` puts the add port's frame header (``bookie.add_frames``) in front, in the same copy.
+    """
     head = _TAG_REQUEST_ID + varint(request_id)
     if recovery:
         head += _TAG_RECOVERY_TRUE
+    if length_prefixed:
+        head = frame_header(len(head) + sum(map(len, framed_entries))) + head
     return b"".join((head, *framed_entries))

@@ -25,7 +25,7 @@ _TEST_DEFAULTS: dict[str, Any] = {"disk_free_min_bytes": 0, "disk_free_resume_by
 
 
 class BookieProcess(ServerProcess):
-    """One bookie process under test control.
+    """One bookie process under test control (its gRPC, HTTP and add ports fixed, see ``port_keys``).
 
     Args:
         name: the bookie id and the name of its folder under ``base_dir``.
@@ -33,6 +33,8 @@ class BookieProcess(ServerProcess):
         zk_connect: the region's ZooKeeper (with chroot); "" runs without registration.
         overrides: any :class:`bookie.config.BookieConfig` setting.
     """
+
+    port_keys = ("port", "http_port", "add_port")
 
     def __init__(self, name: str, base_dir: pathlib.Path, zk_connect: str = "", **overrides: Any) -> None:
         super().__init__("bookie", "bookie_id", name, base_dir, {"zookeeper": zk_connect, **_TEST_DEFAULTS}, overrides)
@@ -43,6 +45,12 @@ class BookieProcess(ServerProcess):
     @property
     def address(self) -> str:
         return f"{self.connect_host}:{self.port}"
+
+    @property
+    def add_address(self) -> str:
+        """The add port's ``host:port`` ("" with ``add_port=-1``: no add port)."""
+        port = int(self.settings["add_port"])
+        return f"{self.connect_host}:{port}" if port > 0 else ""
 
     @property
     def metrics_url(self) -> str:
