@@ -81,12 +81,28 @@ def read_key(url: str) -> bytes:
             raise ConfigError(f"key URL {text!r} names host {parsed.netloc!r}; use file:///absolute/path")
         return _read_file(urllib.parse.unquote(parsed.path))
     if os.path.isfile(text) or text.startswith(("/", "./", "../", "~")):
-        return _read_file(os.path.expanduser(text))
+        try:
+            return _read_file(os.path.expanduser(text))
+        except ConfigError as err:
+            # One random key in 64 has base64 starting with "/": it reads as a path (never as a key, so that a
+            # mistyped path cannot become a key made of its own letters); say how to give such a key.
+            if text.startswith("/") and _is_base64(text):
+                raise ConfigError(f"{err} (a base64 key that starts with \"/\" is read as a path: give it as "
+                                  f"data:;base64,<key>)") from None
+            raise
     try:
         return _b64decode(text, "the key")
     except ConfigError:
         raise ConfigError(f"key {text[:40]!r} is not data:;base64,..., file:///path, an existing file, "
                           f"nor base64") from None
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        _b64decode(text, "the key")
+    except ConfigError:
+        return False
+    return True
 
 
 def _read_file(path: str) -> bytes:
