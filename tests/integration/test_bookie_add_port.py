@@ -16,10 +16,10 @@ import signal
 import urllib.request
 
 from bookie.add_frames import PREAMBLE, encode_frame
-from bookie.client import LedgerClient, LedgerClientConfig
+from bookie.client import LedgerClientConfig
 from bookie.client.bookie_client import BookieClient
-from config_store import KazooMetadataStore, RegionStore
 from magnetar.proto import bookie_pb2 as pb
+from tests.integration.test_ledger_client import Region
 from tests.kit.bookies import BookieProcess
 from tests.kit.wait import wait_for_async
 
@@ -77,22 +77,6 @@ class RawAddConnection:
                 return await self.reader.read() == b""
             except ConnectionError:
                 return True
-
-
-class Region:
-    def __init__(self, zk_connect: str, config: LedgerClientConfig) -> None:
-        self.store = KazooMetadataStore(zk_connect, session_timeout_ms=10_000)
-        self.region = RegionStore(self.store)
-        self.client = LedgerClient(self.region, config=config)
-
-    async def __aenter__(self) -> "Region":
-        await self.store.start()
-        await self.client.start()
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.client.close()
-        await self.store.close()
 
 
 FAST = LedgerClientConfig(add_timeout_s=3.0, read_timeout_s=3.0)
