@@ -15,7 +15,6 @@ ZooKeeper runs).
 
 from __future__ import annotations
 
-import json
 import pathlib
 import ssl
 import urllib.request
@@ -32,6 +31,7 @@ from .netns import Layout
 from .network import WanRelayKind, layout_for
 from .prometheus import PrometheusKind
 from .topology import AutoRecoverySettings, BookiesSettings, BrokersSettings, ProxySettings, Topology, ZooKeeperSettings
+from .toml_out import dumps_toml
 
 __all__ = ["GLOBAL", "KINDS", "Instance", "Plan", "ProcessKind", "dumps_toml", "magnetar_command", "make_plan"]
 
@@ -585,19 +585,3 @@ def make_plan(
     return Plan(topology=topology, data_dir=pathlib.Path(data_dir).resolve(), instances=tuple(chosen),
                 network=network if topology.netns else None)
 
-
-def dumps_toml(table: Mapping[str, Any]) -> str:
-    """Flat TOML (scalars and arrays of scalars), enough for the config files the supervisor writes."""
-    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # JSON string escapes are valid TOML basic-string escapes
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")

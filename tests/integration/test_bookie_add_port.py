@@ -210,8 +210,6 @@ async def test_sigkill_under_a_tcp_add_stream_changes_the_ensemble(bookie_factor
                 await wait_for_async(lambda: len(acked) >= 500, timeout_s=30, what="500 acks before the kill")
                 assert r.client.bookie_client(victim.bookie_id)._task is not None
                 victim.process.kill()
-            if i % 100 == 0:
-                await asyncio.sleep(0)
         await asyncio.gather(*tasks)
         await handle.close()
         md = (await r.region.read_ledger(handle.ledger_id)).value
