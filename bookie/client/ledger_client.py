@@ -90,12 +90,12 @@ class LedgerClientConfig:
     keepalive_interval_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
     add_transport: str = "tcp"
+    explicit_lac_interval_ms: int = 100
 
     def __post_init__(self) -> None:
         if self.add_transport not in ADD_TRANSPORTS:
             raise ConfigError(f"add_transport must be one of {', '.join(ADD_TRANSPORTS)}, "
                               f"not {self.add_transport!r}")
-    explicit_lac_interval_ms: int = 100
 
 
 class LedgerClient:
