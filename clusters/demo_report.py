@@ -88,7 +88,7 @@ def run_audit(data_dir: pathlib.Path, topo: dict[str, Any], namespace: str, cons
     """The Spark consistency audit (``magnetar audit``) of the demo's namespace in every region, on
     ``local[2]``: its summary is shown and its report and violations are written under ``<data-dir>/audit``.
     True when it found no violation."""
-    from spark.audit import AuditError, session, summary
+    from spark.audit import AuditError, run_session, summary
     from spark.audit.runner import audit_deployment
 
     out = data_dir / "audit"
@@ -97,11 +97,8 @@ def run_audit(data_dir: pathlib.Path, topo: dict[str, Any], namespace: str, cons
     # No unloading first: the data source reads each open ledger up to its newest entry (the brokers' ledger
     # writers send an explicit LAC once adds stop; docs/spark.md).
     try:
-        spark = session(master="local[2]")
-        try:
+        with run_session(master="local[2]") as spark:  # a session the caller already runs stays running
             report = audit_deployment(spark, data_dir / "topology.json", namespace=namespace, out_dir=out)
-        finally:
-            spark.stop()
     except AuditError as exc:
         console.print(f"[red]the audit could not run: {exc}[/red]")
         return False

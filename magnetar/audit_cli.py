@@ -58,7 +58,7 @@ def audit(
     stray messages, replication delay, replicated-subscription divergence."""
     from rich.console import Console
 
-    from spark.audit import AuditError, read_topology, session, summary
+    from spark.audit import AuditError, read_topology, run_session, summary
     from spark.audit.runner import audit_deployment
 
     if (namespace is None) == (not topics):
@@ -73,12 +73,9 @@ def audit(
     out_dir = out if out is not None else \
         pathlib.Path(f"magnetar-audit-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     try:
-        spark = session(master=master, conf=settings)
-        try:
+        with run_session(master=master, conf=settings) as spark:
             report = audit_deployment(spark, deployment, namespace=namespace, topics=topics, out_dir=out_dir,
                                       reader=reader, subscriptions=subscriptions, grace_s=grace_s)
-        finally:
-            spark.stop()
     except AuditError as err:
         _error(str(err))
     except OSError as err:

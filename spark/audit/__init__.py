@@ -12,7 +12,7 @@ Public face:
 * :func:`read_topology` / :class:`Topology` — the regions of a deployment; :func:`session` — a Spark session.
 """
 
-from ._session import session
+from ._session import run_session, session
 from .checks import CHECKS, AuditFrames, build
 from .errors import AuditError, AuditInputError
 from .job import run_audit
@@ -25,6 +25,6 @@ from .topology import RegionEndpoints, Topology, read_topology
 __all__ = [
     "CHECKS", "AuditError", "AuditFrames", "AuditInputError", "RegionEndpoints", "SubscriptionOutcome", "Topology",
     "audit_deployment",
-    "build", "check_subscriptions", "comparable", "load", "read_topology", "run_audit", "session",
+    "build", "check_subscriptions", "comparable", "load", "read_topology", "run_audit", "run_session", "session",
     "source_available", "summary",
 ]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Mapping, Optional
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Optional
 
 from pyspark.sql import SparkSession
 
-__all__ = ["session"]
+__all__ = ["session", "run_session"]
 
 _DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -67,3 +68,22 @@ def session(master: str = "local[*]", app_name: str = "magnetar-audit",
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def run_session(master: str = "local[*]", app_name: str = "magnetar-audit",
+                conf: Optional[Mapping[str, str]] = None) -> Iterator[SparkSession]:
+    """:func:`session` for one run, stopped when the run ends.
+
+    A session this thread already has running (a caller's: an application's, the test run's shared one) is used
+    as it is, with its owner's settings, and left running: Spark keeps one context per process, so stopping it
+    would stop the caller's too (it did: ``magnetar demo`` run inside the test run stopped the shared session)."""
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        yield running
+        return
+    spark = session(master, app_name, conf)
+    try:
+        yield spark
+    finally:
+        spark.stop()

@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from spark.audit import AuditInputError, SubscriptionOutcome, build, run_audit  # noqa: E402
+from spark.audit import AuditInputError, SubscriptionOutcome, build, run_audit, run_session  # noqa: E402
 from spark.audit import columns as C  # noqa: E402
 from spark.audit.checks import delay_stats, pack  # noqa: E402
 
@@ -290,3 +290,13 @@ def test_a_missing_column_is_a_clear_error(spark):
 def test_no_expected_region_is_a_clear_error(spark):
     with pytest.raises(AuditInputError, match="no expected region"):
         build(healthy(n=1).frame(spark), {T: []})
+
+
+def test_a_run_uses_a_running_session_as_it_is_and_leaves_it_running(spark):
+    """Regression: ``magnetar demo``'s audit, run inside the test run, stopped the shared session it had been
+    handed by ``getOrCreate``; the next Spark test in that process failed ("jsc is null")."""
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    with run_session(master="local[1]", conf={"spark.sql.shuffle.partitions": "7"}) as used:
+        assert used is spark
+    assert spark.conf.get("spark.sql.shuffle.partitions") == partitions  # the owner's settings kept
+    assert spark.range(5).count() == 5  # still running
