@@ -11,8 +11,10 @@ stops it at the end. It then:
 1. produces ``-n`` messages of ``--size`` bytes with pulsar-client (batching, ``--batch-max`` messages per
    batch; payload ``i`` starts with ``i``), a durable subscription holding every ledger, and unloads the topic
    (its last ledger is closed, so every entry is confirmed);
-2. reads the topic with ``spark.read.format("magnetar")`` on ``--master`` (``local[2]``) ``--runs`` times
-   (the first run also starts Spark's Python workers); a run is a timed Spark job counting the rows (every
+2. reads the topic with ``spark.read.format("magnetar")`` on ``--master`` (``local[2]``) ``--runs`` times;
+   the first run is cold (Spark's Python workers start and connect, the JVM compiles the code that turns
+   Arrow into rows as it goes: its figure is a fraction of the later ones), the median of the others is the
+   warm figure (a long-lived Spark application's). A run is a timed Spark job counting the rows (every
    row of every split is read from the bookies, decoded and handed to Spark as Arrow: rows/s = rows / wall
    time of the job, planning included), then a verifying job computing the row count, the number of distinct
    message ids, the sums of CRC32s of the payloads and of ``ledger:entry:batchIndex``;
@@ -174,7 +176,8 @@ def main() -> int:
     parser.add_argument("--bookies", type=int, default=2)
     parser.add_argument("--max-entries-per-split", type=int, default=5000, help="the source's maxEntriesPerSplit")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5, help="reads; the first is cold, the others give the warm "
+                        "figure (their median)")
     parser.add_argument("--topology", help="a running deployment's topology.json (or data dir): its first region")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -192,6 +195,10 @@ def main() -> int:
 
         from spark.session import session
 
+        # Spark's Python workers import Magnetar's modules: measure them as an installation runs them, with their
+        # bytecode cached (some shells set PYTHONDONTWRITEBYTECODE, and every worker then compiles them again).
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        sys.dont_write_bytecode = False
         started = time.monotonic()
         spark = session(args.master, "bench-spark-read")
         _say(f"Spark session on {args.master} in {time.monotonic() - started:.1f} s")
@@ -213,6 +220,10 @@ def main() -> int:
         if stop is not None:
             stop()
         tmp.cleanup()
+    if runs:
+        warm = sorted(r["rows_per_s"] for r in runs[1:])
+        _say(f"cold (run 1): {runs[0]['rows_per_s']:,.0f} rows/s" + (
+            f"; warm (median of runs 2-{len(runs)}): {warm[len(warm) // 2]:,.0f} rows/s" if warm else ""))
     load = os.getloadavg()
     _say(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores (a shared machine: "
          "other work runs beside the bench)")

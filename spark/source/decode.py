@@ -11,7 +11,6 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   message's id; a member's key, properties, event time and sequence id are its own
   (``SingleMessageMetadata``), the sequence id defaulting to the entry's plus the index as pulsar-client
   assigns them; producer name, publish time, ``replicated_from`` and ``replicate_to`` are the entry's.
-  assigns them; producer name, publish time and ``replicated_from`` are the entry's.
 * ``__brokerPublishTime`` and ``__index`` come from the entry's broker entry metadata (null without it): the
   broker's time is the entry's; the index is the member's own, counted back from the entry's (which is that
   of its last message), as Pulsar's ``Message.getIndex``.

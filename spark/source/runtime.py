@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import gc
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from typing import Awaitable, Iterator, Optional, TypeVar
 
 import pyarrow as pa
@@ -181,6 +183,32 @@ async def _read(handle: ReadHandle, split: Split, first: int, last: int):
                                      f"{first}..{last}: {e}") from None
 
 
+@contextmanager
+def _cycles_not_collected():
+    """Pauses the cycle collector. Decoding allocates many short-lived objects (a protobuf message and a tuple
+    per batched message) and no reference cycle, so plain reference counting frees all of it; the collector's
+    passes, set off by those allocations, only walked the worker's long-lived heap: 40 % of the decoding's time
+    (measured: 6.5 against 3.7 µs per row, one core, bench/spark_read.py's entries)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decode(builder: RowBuilder, entries, rows_per_batch: int) -> list[pa.RecordBatch]:
+    """One chunk's entries as record batches of ``rows_per_batch`` rows (what is left stays in ``builder``)."""
+    batches = []
+    with _cycles_not_collected():
+        for entry in entries:
+            builder.add_entry(entry.ledger_id, entry.entry_id, entry.payload)
+            if builder.rows >= rows_per_batch:
+                batches.append(builder.flush())
+    return batches
+
+
 def read_split(split: Split, rows_per_batch: int, value_schema=None) -> Iterator[pa.RecordBatch]:
     """Yields the rows of ``split`` as record batches of at most about ``rows_per_batch`` rows (with
     ``value_schema``, a :class:`~spark.source.values.ValueSchema`, its fields in place of ``value``)."""
@@ -206,10 +234,7 @@ def read_split(split: Split, rows_per_batch: int, value_schema=None) -> Iterator
             size = sum(len(e.payload) for e in entries)
             chunk = max(16, min(_CHUNK_ENTRIES_MAX, _CHUNK_BYTES_TARGET * len(entries) // max(size, 1)))
             pending = request()  # in flight while this chunk is decoded
-            for entry in entries:
-                builder.add_entry(entry.ledger_id, entry.entry_id, entry.payload)
-                if builder.rows >= rows_per_batch:
-                    yield builder.flush()
+            yield from _decode(builder, entries, rows_per_batch)
         if builder.rows:
             yield builder.flush()
     finally:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookie.client import LedgerEntry
 from magnetar.protocol import MessageId, compress, encode_entry, join_batch, pb
 from spark.source.decode import RowBuilder, encode_message_id
 from spark.source.errors import SourceDataError
@@ -156,6 +158,33 @@ def test_rows_accumulate_until_flushed() -> None:
     assert b.rows == 3
     assert [r["__entryId"] for r in _rows(b)] == [0, 1, 2]
     assert b.rows == 0 and b.flush().num_rows == 0
+
+
+def test_a_chunk_decodes_into_full_batches_with_the_cycle_collector_paused_only_meanwhile() -> None:
+    from spark.source.runtime import _decode
+
+    class Probe(RowBuilder):
+        collecting: list[bool] = []
+
+        def add_entry(self, ledger_id, entry_id, data):
+            self.collecting.append(gc.isenabled())
+            return super().add_entry(ledger_id, entry_id, data)
+
+    entries = [LedgerEntry(2, e, encode_entry(_md(sequence_id=e), b"x")) for e in range(5)]
+    b = Probe(TOPIC, "r", -1)
+    assert gc.isenabled()
+    batches = _decode(b, entries, 2)
+    assert [x.num_rows for x in batches] == [2, 2] and b.rows == 1  # the fifth waits for the next chunk
+    assert Probe.collecting == [False] * 5 and gc.isenabled()  # restored, also for whoever consumes the batches
+    gc.disable()
+    try:
+        _decode(b, entries, 2)
+        assert not gc.isenabled()  # a caller's choice is left as it was
+    finally:
+        gc.enable()
+    with pytest.raises(SourceDataError):
+        _decode(b, [LedgerEntry(2, 9, b"not an entry")], 2)
+    assert gc.isenabled()
 
 
 @pytest.mark.parametrize("entry", [b"", b"\x0e\x01\x00\x00\x00\x00garbage", b"not an entry at all"])
