@@ -15,11 +15,13 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   broker's time is the entry's; the index is the member's own, counted back from the entry's (which is that
   of its last message), as Pulsar's ``Message.getIndex``.
 
-Columns are kept as Python lists and become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush`.
+Columns are kept as Python lists and ``array``\ s, the fields a batch's members share once per entry, and
+become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush` (shared fields spread over their rows by Arrow).
 """
 
 from __future__ import annotations
 
+from array import array
 from itertools import repeat
 from operator import attrgetter, itemgetter
 
@@ -38,6 +40,11 @@ _CLUSTERS = ARROW_SCHEMA.field("__replicateTo").type
 _U64 = 1 << 64
 _METADATA, _PAYLOAD = itemgetter(0), itemgetter(1)  # of a split_batch item
 _COMPACTED_OUT = attrgetter("compacted_out")
+
+
+def _fixed(type_: pa.DataType, n: int, values: array) -> pa.Array:
+    """``n`` fixed-width values without nulls, from an ``array`` of the same width (its memory, not copied)."""
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
 def _varint(value: int) -> bytes:
@@ -95,24 +102,26 @@ class RowBuilder:
 
     def _reset(self) -> None:
         self.rows = 0
+        # One slot per row:
         self._values: list[bytes] = []
         self._keys: list = []
         self._ids: list[bytes] = []
-        self._publish: list[int] = []
         self._events: list = []
         self._prop_offsets: list[int] = [0]
         self._prop_keys: list[str] = []
         self._prop_values: list[str] = []
+        self._sequences = array("q")
+        self._indexes = array("i")
+        self._entry_indexes: list = []
+        self._row_entry = array("q")  # the row's entry: its position in the per-entry lists below
+        # One slot per entry (a batch's members share them; spread over the rows at flush, in Arrow):
+        self._publish: list[int] = []
         self._producers: list[str] = []
-        self._sequences: list[int] = []
         self._replicated: list = []
         self._ledgers: list[int] = []
         self._entries: list[int] = []
-        self._indexes: list[int] = []
-        self._rt_offsets: list[int] = [0]
-        self._rt_values: list[str] = []
+        self._replicate_to: list[list[str]] = []
         self._broker_times: list = []
-        self._entry_indexes: list = []
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes) -> int:
         """Adds the rows of one stored entry; returns how many.
@@ -136,53 +145,37 @@ class RowBuilder:
         if md.compression:
             payload = decompress(md.compression, payload, md.uncompressed_size)
         prefix = _id_prefix(ledger_id, entry_id, self.partition)
-        replicated = md.replicated_from if md.HasField("replicated_from") else None
         bem = parsed.broker_entry_metadata
-        broker_time = bem.broker_timestamp * 1000 if bem is not None and bem.HasField("broker_timestamp") else None
         index = bem.index if bem is not None and bem.HasField("index") else None
         if md.HasField("num_messages_in_batch"):
             n = self._add_batch(prefix, md, payload, index)
-            if n:
-                self._add_replicate_to(md.replicate_to, n)
-                self._broker_times.extend(repeat(broker_time, n))
-                self._publish.extend(repeat(md.publish_time * 1000, n))
-                self._producers.extend(repeat(md.producer_name, n))
-                self._replicated.extend(repeat(replicated, n))
-                self._ledgers.extend(repeat(ledger_id, n))
-                self._entries.extend(repeat(entry_id, n))
-                self.rows += n
-            return n
-        self._values.append(payload)
-        self._keys.append(md.partition_key if md.HasField("partition_key") else None)
-        self._ids.append(prefix)
-        self._events.append(md.event_time * 1000 if md.event_time else None)
-        props = md.properties
-        if props:
-            self._prop_keys.extend([kv.key for kv in props])
-            self._prop_values.extend([kv.value for kv in props])
-        self._prop_offsets.append(len(self._prop_keys))
-        self._sequences.append(md.sequence_id)
-        self._indexes.append(-1)
-        self._broker_times.append(broker_time)
-        self._entry_indexes.append(index)
+            if not n:
+                return 0
+        else:
+            n = 1
+            self._values.append(payload)
+            self._keys.append(md.partition_key if md.HasField("partition_key") else None)
+            self._ids.append(prefix)
+            self._events.append(md.event_time * 1000 if md.event_time else None)
+            props = md.properties
+            if props:
+                self._prop_keys.extend([kv.key for kv in props])
+                self._prop_values.extend([kv.value for kv in props])
+            self._prop_offsets.append(len(self._prop_keys))
+            self._sequences.append(md.sequence_id)
+            self._indexes.append(-1)
+            self._entry_indexes.append(index)
+        self._row_entry.extend(repeat(len(self._ledgers), n))
         self._publish.append(md.publish_time * 1000)
         self._producers.append(md.producer_name)
-        self._replicated.append(replicated)
+        self._replicated.append(md.replicated_from if md.HasField("replicated_from") else None)
         self._ledgers.append(ledger_id)
         self._entries.append(entry_id)
-        self._add_replicate_to(md.replicate_to, 1)
-        self.rows += 1
-        return 1
-
-    def _add_replicate_to(self, clusters, n: int) -> None:
-        offsets = self._rt_offsets
-        if not clusters:
-            offsets.extend(repeat(offsets[-1], n))
-            return
-        names = list(clusters)
-        for _ in range(n):
-            self._rt_values.extend(names)
-            offsets.append(len(self._rt_values))
+        self._replicate_to.append(list(md.replicate_to))
+        self._broker_times.append(bem.broker_timestamp * 1000
+                                  if bem is not None and bem.HasField("broker_timestamp") else None)
+        self.rows += n
+        return n
 
     def _add_batch(self, prefix: bytes, md, payload: bytes, last_index: int | None) -> int:
         count = md.num_messages_in_batch
@@ -221,31 +214,36 @@ class RowBuilder:
     def flush(self) -> pa.RecordBatch:
         """The rows held, as one record batch of :data:`~spark.source.schema.ARROW_SCHEMA`; then empty again."""
         n = self.rows
+        row_entry = _fixed(pa.int64(), n, self._row_entry)
+
+        def per_entry(values: list, type_: pa.DataType) -> pa.Array:
+            return pa.array(values, type_).take(row_entry)
+
         columns = [
             pa.array(self._values, pa.binary()),
             pa.array(self._keys, pa.string()),
-            pa.array([self.topic] * n, pa.string()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.array(self._ids, pa.binary()),
-            pa.array(self._publish, _TIMESTAMP),
+            per_entry(self._publish, _TIMESTAMP),
             pa.array(self._events, _TIMESTAMP),
             pa.MapArray.from_arrays(pa.array(self._prop_offsets, pa.int32()), pa.array(self._prop_keys, pa.string()),
                                     pa.array(self._prop_values, pa.string()), type=_PROPERTIES),
-            pa.array([self.region] * n, pa.string()),
-            pa.array(self._producers, pa.string()),
-            pa.array(self._sequences, pa.int64()),
-            pa.array(self._replicated, pa.string()),
-            pa.array(self._ledgers, pa.int64()),
-            pa.array(self._entries, pa.int64()),
-            pa.array(self._indexes, pa.int32()),
-            pa.ListArray.from_arrays(pa.array(self._rt_offsets, pa.int32()), pa.array(self._rt_values, pa.string()),
-                                     type=_CLUSTERS),
-            pa.array(self._broker_times, _TIMESTAMP),
+            pa.repeat(pa.scalar(self.region, pa.string()), n),
+            per_entry(self._producers, pa.string()),
+            _fixed(pa.int64(), n, self._sequences),
+            per_entry(self._replicated, pa.string()),
+            per_entry(self._ledgers, pa.int64()),
+            per_entry(self._entries, pa.int64()),
+            _fixed(pa.int32(), n, self._indexes),
+            per_entry(self._replicate_to, _CLUSTERS),
+            per_entry(self._broker_times, _TIMESTAMP),
             pa.array(self._entry_indexes, pa.int64()),
         ]
         if self._decoder is not None:
             columns[:1] = self._value_columns()
+        batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
         self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+        return batch
 
     def _value_columns(self) -> list[pa.Array]:
         decoded = []
