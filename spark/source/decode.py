@@ -251,8 +251,9 @@ class RowBuilder:
             try:
                 decoded.append(self._decoder.decode(payload))
             except ValueError as e:
+                entry = self._row_entry[i]
                 raise SourceDataError(
-                    f"{self.topic} in {self.region}: message {self._ledgers[i]}:{self._entries[i]}"
+                    f"{self.topic} in {self.region}: message {self._ledgers[entry]}:{self._entries[entry]}"
                     f"{'' if self._indexes[i] < 0 else ':' + str(self._indexes[i])} does not match the topic's "
                     f"{self._decoder.schema.kind} schema: {e}") from None
         nfields = len(self._decoder.schema.fields)

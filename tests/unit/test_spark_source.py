@@ -342,5 +342,13 @@ def test_avro_and_json_payloads_decode_into_the_columns() -> None:
 def test_a_payload_that_is_not_of_the_schema_is_a_data_error_naming_the_message() -> None:
     b = RowBuilder(TOPIC, "r", -1, _values_schema("JSON"))
     b.add_entry(5, 7, encode_entry(_md(), b"not json"))
-    with pytest.raises(SourceDataError, match="5:7"):
+    with pytest.raises(SourceDataError, match="message 5:7 does not"):
+        b.flush()
+    # Behind other entries' rows, in a batch: the row's own entry and index are named
+    b = RowBuilder(TOPIC, "r", -1, _values_schema("JSON"))
+    good = json.dumps({k: v for k, v in _order(1).items() if k != "raw"}).encode()
+    b.add_entry(5, 8, _batch([(pb.SingleMessageMetadata(payload_size=len(good)), good)] * 2))
+    b.add_entry(5, 9, _batch([(pb.SingleMessageMetadata(payload_size=len(good)), good),
+                              (pb.SingleMessageMetadata(payload_size=8), b"not json")]))
+    with pytest.raises(SourceDataError, match="message 5:9:1 does not"):
         b.flush()
