@@ -134,6 +134,9 @@ class RowBuilder:
         except ProtocolError as e:
             raise SourceDataError(f"{self.topic} in {self.region}: entry {ledger_id}:{entry_id} cannot be read as "
                                   f"messages: {e}") from None
+        except OverflowError:  # a uint64 sequence id at or past 2**63: Spark's bigint column cannot hold it
+            raise SourceDataError(f"{self.topic} in {self.region}: entry {ledger_id}:{entry_id} has a sequence id "
+                                  "beyond a signed 64-bit integer") from None
 
     def _add(self, ledger_id: int, entry_id: int, data: bytes) -> int:
         parsed = parse_entry(data, require_checksum=False)

@@ -193,6 +193,14 @@ def test_unreadable_entries_fail_naming_the_position(entry: bytes) -> None:
         RowBuilder(TOPIC, "r", -1).add_entry(4, 5, entry)
 
 
+def test_a_sequence_id_past_a_signed_long_is_a_data_error() -> None:
+    b = RowBuilder(TOPIC, "r", -1)
+    with pytest.raises(SourceDataError, match="2:4 has a sequence id beyond"):
+        b.add_entry(2, 4, encode_entry(_md(sequence_id=1 << 63), b"x"))
+    with pytest.raises(SourceDataError, match="2:5 has a sequence id beyond"):
+        b.add_entry(2, 5, _batch([(pb.SingleMessageMetadata(payload_size=1, sequence_id=(1 << 64) - 1), b"y")]))
+
+
 def test_a_batch_that_does_not_split_fails() -> None:
     bad = encode_entry(_md(num_messages_in_batch=3), join_batch([(pb.SingleMessageMetadata(payload_size=0), b"a")]))
     with pytest.raises(SourceDataError, match="cannot be read as messages"):
