@@ -9,7 +9,8 @@ Public face:
   JSON report, returns the report.
 * :func:`check_subscriptions` — replicated-subscription divergence, through the admin APIs and the snapshot
   markers (:mod:`spark.audit.subscriptions`).
-* :func:`read_topology` / :class:`Topology` — the regions of a deployment; :func:`session` — a Spark session.
+* :func:`read_topology` / :class:`Topology` — the regions of a deployment; :func:`session` — a Spark session;
+  :func:`run_session` — one for a run, stopped at its end unless it was already running.
 """
 
 from ._session import run_session, session
