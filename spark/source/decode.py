@@ -15,7 +15,7 @@ decompress`, :func:`~magnetar.protocol.split_batch`), exactly as a consumer sees
   broker's time is the entry's; the index is the member's own, counted back from the entry's (which is that
   of its last message), as Pulsar's ``Message.getIndex``.
 
-Columns are kept as Python lists and ``array``\ s, the fields a batch's members share once per entry, and
+Columns are kept as Python lists and arrays (the fields a batch's members share: once per entry) and
 become one ``pyarrow.RecordBatch`` per :meth:`RowBuilder.flush` (shared fields spread over their rows by Arrow).
 """
 
