@@ -9,9 +9,6 @@ PYTEST_ARGS ?=
 # Tests run in two pytest-xdist workers, a whole file per worker (module fixtures start once): most tests wait
 # on processes, sockets and ZooKeeper, so two share a 2-core machine well. TEST_WORKERS=0 runs them in one.
 TEST_WORKERS ?= 2
-# The suite starts well over a thousand Python processes (bookies, brokers, CLIs): with bytecode caching on
-# (an environment may turn it off with PYTHONDONTWRITEBYTECODE), each imports Magnetar's modules without
-# compiling them again, ~0.3 s of CPU saved per process start.
 
 .PHONY: test demo install zookeeper prometheus fuse down proto clean
 
@@ -33,6 +30,9 @@ prometheus:
 fuse:
 	@scripts/ensure-fuse
 
+# The suite starts well over a thousand Python processes (bookies, brokers, CLIs): with bytecode caching on
+# (an environment may turn it off with PYTHONDONTWRITEBYTECODE), each imports Magnetar's modules without
+# compiling them again, ~0.3 s of CPU saved per process start.
 test: install fuse
 	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 

@@ -222,8 +222,10 @@ class RowBuilder:
         def per_entry(values: list, type_: pa.DataType) -> pa.Array:
             return pa.array(values, type_).take(row_entry)
 
+        # A JSON/Avro topic's payloads become its schema's columns; others are the binary ``value``.
+        values = self._value_columns() if self._decoder is not None else [pa.array(self._values, pa.binary())]
         columns = [
-            pa.array(self._values, pa.binary()),
+            *values,
             pa.array(self._keys, pa.string()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.array(self._ids, pa.binary()),
@@ -242,8 +244,6 @@ class RowBuilder:
             per_entry(self._broker_times, _TIMESTAMP),
             pa.array(self._entry_indexes, pa.int64()),
         ]
-        if self._decoder is not None:
-            columns[:1] = self._value_columns()
         batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
         self._reset()
         return batch

@@ -12,7 +12,7 @@ import pathlib
 import urllib.request
 from typing import Any, Optional
 
-from clusters.kinds import dumps_toml as _dumps_toml
+from clusters.toml_out import dumps_toml as _dumps_toml
 from magnetar.net import free_port
 
 from .process import ManagedProcess, python_command
