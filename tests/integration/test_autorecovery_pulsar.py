@@ -139,6 +139,7 @@ def test_decommission_under_pulsar_load_no_error_nothing_lost(tmp_path, zk_conne
     received: list[bytes] = []
     errors: list[BaseException] = []
     stop = threading.Event()
+    produced = threading.Event()  # set once the producer has appended its last acknowledged message
     try:
         consumer = client.subscribe(topic, "live", initial_position=pulsar.InitialPosition.Earliest)
         client.subscribe(topic, "after", initial_position=pulsar.InitialPosition.Earliest).close()
@@ -154,10 +155,14 @@ def test_decommission_under_pulsar_load_no_error_nothing_lost(tmp_path, zk_conne
                     i += 1
             except BaseException as err:  # noqa: BLE001 - asserted empty below
                 errors.append(err)
+            finally:
+                produced.set()
 
         def consume() -> None:
+            # Reads until the producer is done and every message it counted has arrived. (Waiting on ``stop``
+            # instead raced: a send acknowledged but not yet appended to ``sent`` was left unread.)
             try:
-                while not stop.is_set() or len(received) < len(sent):
+                while not produced.is_set() or len(received) < len(sent):
                     msg = consumer.receive(15_000)
                     received.append(msg.data())
                     consumer.acknowledge(msg)
