@@ -34,9 +34,9 @@ Four measurements, each skippable (``--skip-throughput``, ``--skip-latency``, ``
    on the same machine: the figure is a floor for the proxy alone.
 4. **Idle memory.** The proxy's RSS (``VmRSS`` of ``/proc/PID/status``) before and after this process opens
    ``--idle-connections`` (10,000) TLS connections that completed CONNECT and stay idle (answering the proxy's
-   PINGs), again after they are closed, and the lowest it goes in the 15 s after that (the proxy gives freed heap
-   back to the system on a 10 s timer). The open-files limit of this process, which the proxy inherits, is
-   raised towards its hard limit when the connections need it.
+   PINGs), again after they are closed, and the lowest it goes in the ``--settle-seconds`` (15) after that (the
+   proxy gives freed heap back to the system on a 10 s timer). The open-files limit of this process, which the
+   proxy inherits, is raised towards its hard limit when the connections need it.
 
 Parts 3 and 4 connect with ``bench/proxy_clients.py`` (Magnetar's frame codec on asyncio, 16 KiB TLS buffers).
 
@@ -428,6 +428,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--connect-workers", type=int, default=16, help="concurrent connecting loops (default 16)")
     parser.add_argument("--idle-connections", type=int, default=10_000, help="idle TLS connections (default 10,000)")
     parser.add_argument("--open-concurrency", type=int, default=64, help="idle connections being opened at once")
+    parser.add_argument("--settle-seconds", type=float, default=15.0,
+                        help="how long the proxy's RSS is watched after the idle connections close (default 15: "
+                             "longer than its 10 s heap-trim timer)")
     parser.add_argument("--bookies", type=int, default=3)
     parser.add_argument("--no-auth", action="store_true", help="no token authentication at the broker and proxy")
     parser.add_argument("--broker-tls", action="store_true",
@@ -435,20 +438,23 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     for part in ("throughput", "latency", "connect-rate", "memory"):
         parser.add_argument(f"--skip-{part}", action="store_true", help=f"do not measure {part.replace('-', ' ')}")
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke test: 2 s runs at 1,000 msg/s, 1 s warm-up, 1 s of connections, 100 idle ones")
+                        help="a smoke test: 2 s runs at 1,000 msg/s, 1 s warm-up, 1 s of connections, 100 idle ones "
+                             "watched for 1 s after they close")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.rate, args.idle_connections, args.connect_workers = 2.0, 1_000.0, 100, 4
         args.warmup_seconds = min(args.warmup_seconds, 1.0)
         args.connect_seconds = args.connect_seconds or 1.0
+        args.settle_seconds = min(args.settle_seconds, 1.0)
     if args.connect_seconds is None:
         args.connect_seconds = args.seconds
     for name in ("seconds", "rate", "connect_seconds"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.warmup_seconds < 0:
-        parser.error("--warmup-seconds must be 0 or more")
+    for name in ("warmup_seconds", "settle_seconds"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be 0 or more")
     for name in ("rounds", "size", "processes", "connect_workers", "idle_connections", "open_concurrency", "bookies"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -486,7 +492,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if idle:
             _say(f"-- {idle:,} idle TLS connections")
             figures["memory"] = asyncio.run(measure_idle_memory(dep.proxy_target(), count=idle,
-                                                                concurrency=args.open_concurrency))
+                                                                concurrency=args.open_concurrency,
+                                                                settle_s=args.settle_seconds))
         figures["load_after"] = _load()
         print(render(dep, figures, args), flush=True)
         failed = _any_failure(figures, idle)
