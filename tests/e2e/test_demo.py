@@ -109,8 +109,10 @@ def test_prometheus_dashboards_and_alert_rules_on_the_live_deployment(local) -> 
     ddir, topo = local
     prometheus = topo["prometheus"]["url"]
     # Load in both regions (replication, a replicated-subscription failover, refusals at the proxies), so every
-    # per-topic, replication, snapshot and refusal series exists.
-    demo.geo_job(topo, messages=400, rate=400, failover_messages=200, failover_rate=200,
+    # per-topic, replication, snapshot and refusal series exists. The failover produces for 3 s: snapshots (one a
+    # second) fall before the half it acknowledges, so the subscription follows to the second region at once (with
+    # a second of traffic it never did, and the job waited 20 s for it).
+    demo.geo_job(topo, messages=400, rate=400, failover_messages=900, failover_rate=300,
                  client_log=ddir.logs / "observability-pulsar-client.log", show_progress=False)
 
     # Every panel target returns series; every rule parses, over selectors that return series. Scrapes come
@@ -123,7 +125,7 @@ def test_prometheus_dashboards_and_alert_rules_on_the_live_deployment(local) -> 
         return all(p.ok for p in probes)
 
     try:
-        wait_for(all_ok, 60, interval_s=2, what="every dashboard and rule expression answered by Prometheus")
+        wait_for(all_ok, 60, interval_s=0.5, what="every dashboard and rule expression answered by Prometheus")
     except AssertionError:
         pass  # the failures are named below
     failing = [f"{p.where}: {p.error or 'no series'}: {p.expr}" for p in probes if not p.ok]
@@ -145,19 +147,8 @@ def test_prometheus_dashboards_and_alert_rules_on_the_live_deployment(local) -> 
                          if series.documented_name(n) not in documented}
     assert not undocumented, f"not in {DOCS.name} (python -m observability.series): {sorted(undocumented)}"
 
-    # Every panel of every dashboard drawn from the live data (`magnetar dashboards render`): a picture per
-    # panel, none blank, every one with data.
-    drawn = render_dashboards(RenderOptions(prometheus_url=prometheus, out_dir=ddir.root / "pictures",
-                                            range_s=300, step_s=5))
-    assert not drawn.failures, drawn.failures
-    pictures = [(d["name"], p) for d in drawn.manifest["dashboards"] for p in d["panels"]]
-    assert len(pictures) == sum(len(panels_of(load_dashboard(f))[0]) for f in check.DASHBOARDS.glob("*.json"))
-    for dashboard, panel in pictures:
-        assert panel["status"] == "ok" and panel["series"] > 0, (dashboard, panel)
-        rgb = imread(ddir.root / "pictures" / panel["file"])[..., :3]
-        assert float(rgb.var()) > 0.005, f"{dashboard}/{panel['file']} is blank"
-
-    # A bookie killed: MagnetarBookieDown goes pending, then fires once its `for:` (30 s) has passed.
+    # A bookie killed: MagnetarBookieDown goes pending, then fires once its `for:` (30 s) has passed. The dashboards
+    # are drawn while it is pending (every process's /metrics was checked above, the victim's too).
     victim = topo["regions"]["us-east"]["bookies"][-1]
     instance = urllib.parse.urlsplit(victim["metrics"]).netloc
     os.kill(victim["pid"], signal.SIGKILL)
@@ -168,6 +159,19 @@ def test_prometheus_dashboards_and_alert_rules_on_the_live_deployment(local) -> 
         return found[0] if found else ""
 
     assert wait_for(lambda: state() in ("pending", "firing"), 30, interval_s=0.5, what="MagnetarBookieDown pending")
+
+    # Every panel of every dashboard drawn from the live data (`magnetar dashboards render`): a picture per
+    # panel, none blank, every one with data (the killed bookie's series too, up to its death).
+    drawn = render_dashboards(RenderOptions(prometheus_url=prometheus, out_dir=ddir.root / "pictures",
+                                            range_s=300, step_s=5))
+    assert not drawn.failures, drawn.failures
+    pictures = [(d["name"], p) for d in drawn.manifest["dashboards"] for p in d["panels"]]
+    assert len(pictures) == sum(len(panels_of(load_dashboard(f))[0]) for f in check.DASHBOARDS.glob("*.json"))
+    for dashboard, panel in pictures:
+        assert panel["status"] == "ok" and panel["series"] > 0, (dashboard, panel)
+        rgb = imread(ddir.root / "pictures" / panel["file"])[..., :3]
+        assert float(rgb.var()) > 0.005, f"{dashboard}/{panel['file']} is blank"
+
     wait_for(lambda: state() == "firing", 30 + 5 + 5 + 20, interval_s=0.5, what="MagnetarBookieDown firing")
     fired = next(a for a in _alerts(prometheus) if a["labels"].get("alertname") == "MagnetarBookieDown")
     assert fired["labels"]["cluster"] == "us-east" and fired["labels"]["severity"] == "critical"
