@@ -54,7 +54,9 @@ def local(tmp_path_factory: pytest.TempPathFactory):
         yield deployment
 
 
-def test_geo_demo_job_passes_every_check(local) -> None:
+def test_geo_demo_job_passes_every_check(local, spark_session) -> None:
+    # The demo's audit runs on the test run's shared Spark session (``tests/conftest.py``), as ``run_session``
+    # reuses a running one: a JVM of its own would start (~20 s) and compile with C2 (more than half its CPU here).
     ddir, topo = local
     regions = list(topo["regions"])
 
