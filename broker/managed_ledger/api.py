@@ -162,6 +162,10 @@ class ManagedLedger(abc.ABC):
         """The position after ``position`` (crossing into the next ledger when needed)."""
 
     @abc.abstractmethod
+    def previous_position(self, position: Position) -> Position:
+        """The last retained position before ``position``; entry id -1 (in the first ledger) when none is."""
+
+    @abc.abstractmethod
     def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
         """How many entries lie in (start, end]."""
 

@@ -357,6 +357,9 @@ class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
     def next_position(self, position: Position) -> Position:
         return self.layout.next_position(position)
 
+    def previous_position(self, position: Position) -> Position:
+        return self.layout.previous_position(position)
+
     def entries_between(self, start_exclusive: Position, end_inclusive: Position) -> int:
         return self.layout.entries_between(start_exclusive, end_inclusive)
 

@@ -128,3 +128,32 @@ async def test_markers_only_from_replicators_and_never_delivered(broker, client)
         await (await send_origin(repl, 1))
     msgs = drain(consumer)
     assert [m.data() for m in msgs] == [b"payload-1"]
+
+
+async def test_trailing_markers_are_not_the_last_message(broker, client):
+    """Regression: GET_LAST_MESSAGE_ID answered the last entry even when it was a marker, so a reader looping on
+    ``has_message_available()`` waited for a message that is never delivered (apache/pulsar#22572)."""
+    topic = unique_topic()
+    snapshot = pb.ReplicatedSubscriptionsSnapshotRequest(snapshot_id="x", source_cluster="us-east").SerializeToString()
+
+    def marker(i: int) -> pb.MessageMetadata:
+        md = pb.MessageMetadata(producer_name="pulsar.marker", sequence_id=0, publish_time=1, marker_type=10)
+        return replicated_metadata(md, "us-east", Position(7, i))
+
+    async with asyncio_client(broker.url) as ours:
+        repl = await ours.create_producer(topic, producer_name=producer_name("us-east"), send_timeout_s=0)
+        empty = client.create_reader(topic, pulsar.MessageId.earliest)
+        await (await repl.send_entry(marker(0), snapshot, sequence_id=origin_sequence_id(7, 0), marker=True,
+                                     source_position=(7, 0)))
+        assert not empty.has_message_available()  # only a marker: nothing to read
+        data_id = await (await send_origin(repl, 1))
+        for i in (2, 3):
+            await (await repl.send_entry(marker(i), snapshot, sequence_id=origin_sequence_id(7, i), marker=True,
+                                         source_position=(7, i)))
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(RECEIVE_MS).data())
+    assert got == [b"payload-1"]
+    last = client.subscribe(topic, "s").get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (data_id.ledger_id, data_id.entry_id)

@@ -227,6 +227,9 @@ class MemoryManagedLedger(ManagedLedger):
             return Position(first.ledger_id, first.entry_id - 1)
         return self._positions[i - 1]
 
+    def previous_position(self, position: Position) -> Position:
+        return self._previous(position)
+
     def next_position(self, position: Position) -> Position:
         i = bisect.bisect_right(self._positions, position)
         if i < len(self._positions):

@@ -60,13 +60,11 @@ def consume(url: str, topic: str, sub: str, out: str) -> None:
 def read(url: str, topic: str, out: str) -> None:
     client = pulsar.Client(url, operation_timeout_seconds=60)
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    # Everything stored, to the topic's last message as the broker reports it (not "until 3 s pass with
+    # nothing": a stall that long on a loaded machine would have cut the read short).
     with open(out, "w") as f:
-        while True:
-            try:
-                msg = reader.read_next(timeout_millis=3000)
-            except pulsar.Timeout:
-                break
-            f.write(msg.data().decode() + "\n")
+        while reader.has_message_available():
+            f.write(reader.read_next(timeout_millis=30_000).data().decode() + "\n")
     client.close()
 
 

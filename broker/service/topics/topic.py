@@ -402,19 +402,28 @@ class Topic(TopicSubscriptions, TopicCommon):
             self.rate_limits.forget(sub.name)
 
     async def last_message_id(self) -> MessageId:
-        """GET_LAST_MESSAGE_ID: the last entry, with the batch index of its last message."""
-        lac = self.ml.last_confirmed_position
+        """GET_LAST_MESSAGE_ID: the last entry a consumer can be given, with the batch index of its last message.
+
+        Marker entries (replicated-subscription snapshots and the like) are never dispatched, so trailing ones
+        are stepped over backwards, as Pulsar's broker does: a reader looping on ``has_message_available()``
+        would otherwise wait forever for a message that never comes. Entry id -1 when there is no message.
+        """
+        position = self.ml.last_confirmed_position
         batch_index = -1
-        if lac.entry_id >= 0:
+        while position.entry_id >= 0:
             try:
-                entry = await self.ml.read_entry(lac)
-                info = entry_info(entry.data)
+                entry = await self.ml.read_entry(position)
+            except Exception as exc:  # the position is still the best answer there is
+                log.debug("[%s] reading entry %s for the last message id failed: %s", self.name, position, exc)
+                break
+            info = entry_info(entry.data)
+            if not info.marker:
                 if info.metadata.HasField("num_messages_in_batch"):
                     batch_index = info.num_messages - 1
-            except Exception as exc:
-                log.debug("[%s] reading the last entry %s failed: %s", self.name, lac, exc)
+                break
+            position = self.ml.previous_position(position)
         partition = self.topic_name.partition_index if self.topic_name.is_partition else -1
-        return MessageId(lac.ledger_id, lac.entry_id, partition, batch_index)
+        return MessageId(position.ledger_id, position.entry_id, partition, batch_index)
 
     # --------------------------------------------------------------------------------- termination
 
