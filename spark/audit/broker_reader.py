@@ -6,9 +6,10 @@ Magnetar's own asyncio client, which sees what the audit needs and pulsar-client
 sequence id, ``replicated_from``, ``replicate_to``). It reads each topic up to the last message that was
 stored when it started, and returns rows with the contract's columns plus ``__replicateTo``.
 
-Markers are never delivered to consumers, so a topic whose last entries are markers (replicated-subscription
-snapshots) would never reach its last message id: the read of a topic ends at the last id, or once nothing
-arrived for ``idle_s`` after the broker said there is more (only markers can be left then).
+The read of a topic ends at the last message id the broker answers: its last deliverable message (the broker
+steps back over trailing markers, which are never delivered), or once nothing arrived for ``idle_s`` after the
+broker said there is more (a guard: a broker answering a marker's id, as Pulsar's did before 3.3, would
+otherwise keep the read waiting).
 
 Meant for tests and small deployments: every row passes through the driver.
 """
@@ -80,7 +81,7 @@ async def _read_topic(client: Client, region: str, topic: str, idle_s: float) ->
         while True:
             batch = await reader.receive_batch(max_messages=2000, timeout_s=idle_s)
             if not batch:
-                return rows  # only markers are left (see the module docstring)
+                return rows  # nothing more arrives (see the module docstring)
             for message in batch:
                 if (message.message_id.ledger_id, message.message_id.entry_id) > (last.ledger_id, last.entry_id):
                     return rows
