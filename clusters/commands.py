@@ -343,7 +343,7 @@ def down(data_dir: pathlib.Path | str) -> int:
         out.print(f"the supervisor (pid {sup['pid']}) is gone; stopping its processes", markup=False)
     left = [r for r in reversed(started(state)) if group_alive(r["pid"], r["start_ticks"])]
     if left:
-        stop_groups([(r["pid"], r["start_ticks"]) for r in left], grace_s=grace_s)
+        _stop_by_tier(left, grace_s=grace_s)
         for record in left:
             if record["state"] in ("pending", "starting", "running"):
                 record.update(state="stopped", ended_at=now_iso())
@@ -351,6 +351,18 @@ def down(data_dir: pathlib.Path | str) -> int:
         ddir.write_state(state)
     code = _verify_gone(ddir, state, out)
     return max(code, _remove_network(ddir, state, out))
+
+
+def _stop_by_tier(records: list[dict[str, Any]], *, grace_s: float) -> None:
+    """Stops the processes of ``records`` as their supervisor would: tier by tier, the highest first, every group of
+    a tier at once. Brokers then close while their bookies and ZooKeeper still answer, and bookies while ZooKeeper
+    does; all at once, brokers took 8 s and bookies more than a grace period over a ZooKeeper already gone."""
+    tiers: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        kind = KINDS.get(record.get("kind", ""))
+        tiers.setdefault(kind.tier if kind is not None else max(k.tier for k in KINDS.values()) + 1, []).append(record)
+    for tier in sorted(tiers, reverse=True):
+        stop_groups([(r["pid"], r["start_ticks"]) for r in tiers[tier]], grace_s=grace_s)
 
 
 def _remove_network(ddir: DataDir, state: dict[str, Any], out: Console) -> int:
