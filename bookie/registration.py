@@ -7,12 +7,15 @@ transitions, and removed on a clean shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable, Optional
 
 import magnetar
 
 log = logging.getLogger("bookie.registration")
+
+_UNREGISTER_TIMEOUT_S = 2.0
 
 
 class Registration:
@@ -66,14 +69,23 @@ class Registration:
             log.info("registration moved to %s", "readonly/" if read_only else "available/")
 
     async def close(self) -> None:
-        """Unregisters (best effort) and closes the session. Idempotent."""
+        """Unregisters (best effort, never waiting for ZooKeeper) and closes the session. Idempotent.
+
+        The node is ephemeral: it goes with the session anyway, so a shutdown does not wait for a ZooKeeper that
+        is away (the store would wait for a connection up to its operation deadline, and a supervisor's grace
+        would run out first); removing it is only what lets a clean stop be seen at once rather than after the
+        session timeout.
+        """
         if self._region is not None and self._registered:
             self._registered = False
             try:
-                await self._region.unregister_bookie(self.bookie_id)
+                if not self._store.connected:
+                    raise ConnectionError("not connected")
+                async with asyncio.timeout(_UNREGISTER_TIMEOUT_S):
+                    await self._region.unregister_bookie(self.bookie_id)
                 log.info("unregistered from ZooKeeper")
-            except Exception as err:  # the node is ephemeral: it goes with the session anyway
-                log.warning("unregister failed (%s); the session's end removes the node", err)
+            except Exception as err:  # noqa: BLE001 - the session's end removes the node
+                log.warning("unregister failed (%s); the session's end removes the node", err or type(err).__name__)
         if self._store is not None:
             store, self._store = self._store, None
             await store.close()

@@ -21,6 +21,7 @@ from config_store import KazooMetadataStore, RegionStore
 from magnetar.proto import bookie_pb2 as pb
 from tests.kit.bookies import BookieProcess
 from tests.kit.wait import wait_for_async
+from tests.kit.zookeeper import start_zookeeper
 
 S = pb.Status
 SERVICE = "/magnetar.bookie.v1.BookieService/"
@@ -477,3 +478,18 @@ async def test_sigterm_ends_open_streams_exits_zero_and_keeps_everything(bookie_
         assert "0 journal records replayed" in bookie.process.log_tail(20000).split("===== start #2")[-1]
     finally:
         await client.close()
+
+
+async def test_sigterm_with_zookeeper_gone_exits_promptly(bookie_factory, tmp_path):
+    """Regression: with its ZooKeeper gone, a SIGTERMed bookie waited on the unregistration (and on closing the
+    session) and outlived the supervisor's grace; the node is ephemeral, so the shutdown must not wait for it."""
+    zookeeper = start_zookeeper(tmp_path / "own-zk")
+    try:
+        (bookie,) = bookie_factory(1, zookeeper=zookeeper.connect, zk_session_timeout_ms=4000)
+        await wait_for_async(lambda: bookie.endpoints().get("zk_session"), 30, what="registration")
+        zookeeper.process.kill()
+        bookie.process.proc.send_signal(signal.SIGTERM)
+        # Twice the shutdown grace (5 s) would be a bookie waiting on ZooKeeper.
+        assert await asyncio.to_thread(bookie.process.proc.wait, 10) == 0
+    finally:
+        zookeeper.process.cleanup()
