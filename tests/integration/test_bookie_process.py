@@ -486,7 +486,8 @@ async def test_sigterm_with_zookeeper_gone_exits_promptly(bookie_factory, tmp_pa
     zookeeper = start_zookeeper(tmp_path / "own-zk")
     try:
         (bookie,) = bookie_factory(1, zookeeper=zookeeper.connect, zk_session_timeout_ms=4000)
-        await wait_for_async(lambda: bookie.endpoints().get("zk_session"), 30, what="registration")
+        async with KazooMetadataStore(zookeeper.connect) as store:
+            await wait_for_async(lambda: RegionStore(store).list_bookies(), 30, what="registration")
         zookeeper.process.kill()
         bookie.process.proc.send_signal(signal.SIGTERM)
         # Twice the shutdown grace (5 s) would be a bookie waiting on ZooKeeper.
