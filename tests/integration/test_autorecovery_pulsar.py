@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pulsar
@@ -160,10 +161,19 @@ def test_decommission_under_pulsar_load_no_error_nothing_lost(tmp_path, zk_conne
 
         def consume() -> None:
             # Reads until the producer is done and every message it counted has arrived. (Waiting on ``stop``
-            # instead raced: a send acknowledged but not yet appended to ``sent`` was left unread.)
+            # raced: a send acknowledged but not yet appended to ``sent`` was left unread.) A receive that times
+            # out only checks that again — the producer may have finished after the last check, with nothing more
+            # to come — unless nothing has come for 15 s.
+            last = time.monotonic()
             try:
                 while not produced.is_set() or len(received) < len(sent):
-                    msg = consumer.receive(15_000)
+                    try:
+                        msg = consumer.receive(200)
+                    except pulsar.Timeout:
+                        if time.monotonic() - last > 15:
+                            raise
+                        continue
+                    last = time.monotonic()
                     received.append(msg.data())
                     consumer.acknowledge(msg)
             except BaseException as err:  # noqa: BLE001
