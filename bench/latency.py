@@ -214,14 +214,15 @@ def _start_profiles(targets: list[tuple[str, int]], seconds: float, out_dir: pat
 
 def run_magnetar_point(dep: Magnetar, *, client: str, rate: float, seconds: float, size: int,
                        batch_delay_ms: int, work: pathlib.Path, profile: Optional[tuple[pathlib.Path, str]],
-                       label: str) -> tuple[dict[str, Any], list]:
+                       label: str, pin: bool = True) -> tuple[dict[str, Any], list]:
     """One ``magnetar perf produce --open-loop`` run on a fresh topic; returns its row and its stage rows."""
     topic = f"persistent://public/default/latency-{uuid.uuid4().hex[:8]}"
     out = work / f"perf-{uuid.uuid4().hex[:8]}.json"
     log = work / f"perf-{client}-{int(rate)}.log"
     argv = [sys.executable, "-m", "magnetar", "perf", "produce", dep.broker.pulsar_url, topic, "--client", client,
             "--rate", str(rate), "--duration", str(seconds), "--size", str(size), "--open-loop",
-            "--batch-delay-ms", str(batch_delay_ms), "--interval", str(max(1.0, seconds / 2)), "--json", str(out)]
+            "--batch-delay-ms", str(batch_delay_ms), "--interval", str(max(1.0, seconds / 2)), "--json", str(out),
+            "--pin" if pin else "--no-pin"]
     row: dict[str, Any] = {"system": label, "client": _CLIENT_LABELS[client], "rate": rate}
     before = _scrape_by_process(dep)
     cpu_before = _cpu_by_kind(dep)
@@ -370,6 +371,8 @@ def _args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting (broker/config.py) for the deployment started here (repeat)")
     parser.add_argument("--batch-delay-ms", type=int, default=1, help="pulsar-client's batching delay")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="pin the pulsar-client worker to one CPU (magnetar perf's default)")
     parser.add_argument("--profile", help="a folder: py-spy the broker and bookies during --profile-rate points")
     parser.add_argument("--profile-rate", type=float, default=10000.0)
     parser.add_argument("--profile-mode", default="cpu", choices=("cpu", "idle", "gil"),
@@ -412,8 +415,9 @@ def settings_lines(args: argparse.Namespace) -> list[str]:
                      + (f", MAGNETAR_SWITCH_INTERVAL_S={os.environ['MAGNETAR_SWITCH_INTERVAL_S']}"
                         if os.environ.get("MAGNETAR_SWITCH_INTERVAL_S") else "")
                      + f"; pulsar-client: send_async + callback, batching on "
-                     f"(<= 1000 msgs, 128 KiB, {args.batch_delay_ms} ms delay), max pending 10000, worker pinned "
-                     "to one CPU; magnetar-perf: asyncio client, each tick's due messages as one batch entry")
+                     f"(<= 1000 msgs, 128 KiB, {args.batch_delay_ms} ms delay), max pending 10000, worker "
+                     f"{'pinned to one CPU' if args.pin else 'not pinned'}; magnetar-perf: asyncio client, each "
+                     "tick's due messages as one batch entry")
     if "nats" in args.system_list:
         lines.append(f"nats: {peers.NATS_SYNC}; nats-py, publish with a reply subject per message, acks on one "
                      "subscription, <= 10000 unanswered")
@@ -451,7 +455,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                        if args.profile and rate == args.profile_rate else None)
                             row, point_stages = run_magnetar_point(
                                 dep, client=client, rate=rate, seconds=args.seconds, size=args.size,
-                                batch_delay_ms=args.batch_delay_ms, work=work, profile=profile, label=label)
+                                batch_delay_ms=args.batch_delay_ms, work=work, profile=profile, label=label,
+                                pin=args.pin)
                             rows.append(row)
                             cpu = row.get("cpu_us_per_msg")
                             cpu_text = (f" (CPU per message: broker {cpu['broker']:.0f} µs, bookies "
