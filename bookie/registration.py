@@ -78,14 +78,16 @@ class Registration:
         """
         if self._region is not None and self._registered:
             self._registered = False
-            try:
-                if not self._store.connected:
-                    raise ConnectionError("not connected")
-                async with asyncio.timeout(_UNREGISTER_TIMEOUT_S):
-                    await self._region.unregister_bookie(self.bookie_id)
-                log.info("unregistered from ZooKeeper")
-            except Exception as err:  # noqa: BLE001 - the session's end removes the node
-                log.warning("unregister failed (%s); the session's end removes the node", err or type(err).__name__)
+            if not self._store.connected:
+                log.warning("not connected to ZooKeeper: not unregistering; the session's end removes the node")
+            else:
+                try:
+                    async with asyncio.timeout(_UNREGISTER_TIMEOUT_S):
+                        await self._region.unregister_bookie(self.bookie_id)
+                    log.info("unregistered from ZooKeeper")
+                except Exception as err:  # noqa: BLE001 - the session's end removes the node
+                    log.warning("unregister failed (%s); the session's end removes the node",
+                                err or type(err).__name__)
         if self._store is not None:
             store, self._store = self._store, None
             await store.close()

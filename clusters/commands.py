@@ -357,10 +357,11 @@ def _stop_by_tier(records: list[dict[str, Any]], *, grace_s: float) -> None:
     """Stops the processes of ``records`` as their supervisor would: tier by tier, the highest first, every group of
     a tier at once. Brokers then close while their bookies and ZooKeeper still answer, and bookies while ZooKeeper
     does; all at once, brokers took 8 s and bookies more than a grace period over a ZooKeeper already gone."""
+    unknown = max(k.tier for k in KINDS.values()) + 1  # a kind this version does not know: stopped first
     tiers: dict[int, list[dict[str, Any]]] = {}
     for record in records:
         kind = KINDS.get(record.get("kind", ""))
-        tiers.setdefault(kind.tier if kind is not None else max(k.tier for k in KINDS.values()) + 1, []).append(record)
+        tiers.setdefault(kind.tier if kind is not None else unknown, []).append(record)
     for tier in sorted(tiers, reverse=True):
         stop_groups([(r["pid"], r["start_ticks"]) for r in tiers[tier]], grace_s=grace_s)
 

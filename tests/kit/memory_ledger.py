@@ -145,7 +145,7 @@ class MemoryCursor(ManagedCursor):
     def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
         ranges: list[tuple[Position, Position]] = []
         for p in sorted(self._deleted):
-            prev = self._ml._previous(p)
+            prev = self._ml.previous_position(p)
             if ranges and ranges[-1][1] == prev:
                 ranges[-1] = (ranges[-1][0], p)
             else:
@@ -161,7 +161,7 @@ class MemoryCursor(ManagedCursor):
         self._epoch += 1
 
     async def reset(self, position: Position) -> None:
-        self._md = self._ml._previous(position)
+        self._md = self._ml.previous_position(position)
         self._deleted.clear()
         self._read = position
         self._epoch += 1
@@ -220,15 +220,12 @@ class MemoryManagedLedger(ManagedLedger):
     def _index_at_or_after(self, position: Position) -> int:
         return bisect.bisect_left(self._positions, position)
 
-    def _previous(self, position: Position) -> Position:
+    def previous_position(self, position: Position) -> Position:
         i = bisect.bisect_left(self._positions, position)
         if i == 0:
             first = self._positions[0] if self._positions else Position(self._ledger, 0)
             return Position(first.ledger_id, first.entry_id - 1)
         return self._positions[i - 1]
-
-    def previous_position(self, position: Position) -> Position:
-        return self._previous(position)
 
     def next_position(self, position: Position) -> Position:
         i = bisect.bisect_right(self._positions, position)
@@ -305,7 +302,7 @@ class MemoryManagedLedger(ManagedLedger):
                 cursor._advance()
             else:
                 if initial_position is InitialPosition.EARLIEST:
-                    start = self._previous(self.first_position())
+                    start = self.previous_position(self.first_position())
                 else:
                     start = self.last_confirmed_position
                 cursor = MemoryCursor(self, name, start, durable=True)
