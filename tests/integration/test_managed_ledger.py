@@ -363,8 +363,10 @@ WRITER = textwrap.dedent(
             positions = [await f for f in futures]
             for k, p in enumerate(positions):
                 print(f"acked {i + k} {p.ledger_id} {p.entry_id}", flush=True)
-            await cursor.mark_delete(positions[49])
+            # Printed before it is asked for: a kill between the mark-delete and a line after it left the
+            # recovered position past the last printed one.
             print(f"md {positions[49].ledger_id} {positions[49].entry_id}", flush=True)
+            await cursor.mark_delete(positions[49])
             if i % 500 == 0:
                 await cursor.flush()
                 print(f"flushed {positions[49].ledger_id} {positions[49].entry_id}", flush=True)
