@@ -47,6 +47,11 @@ class BookieConfig(TomlSettings):
         flush_yield_max_ms: before each entry-log piece, each entry-log fsync and each index commit the
             storage thread waits for the journal to be idle (nothing queued, written or syncing), but at most
             this long, so a busy journal slows a flush without stopping it; 0 never waits.
+        file_removal_step_bytes: the files the bookie deletes while serving (journal files wholly before a
+            checkpoint, entry logs emptied by garbage collection) are shrunk this much at a time, each step
+            after the same bounded wait for an idle journal, before they are unlinked, so that freeing their
+            blocks never stalls a journal sync for long (:func:`bookie.directio.remove_in_steps`); 0 unlinks
+            at once.
         entry_max_size_bytes: larger entries are refused with TOO_LARGE.
         disk_free_min_bytes: below this much free space the bookie turns read-only.
         disk_free_resume_bytes: above this much free space a read-only bookie turns writable again.
@@ -82,6 +87,7 @@ class BookieConfig(TomlSettings):
     entry_log_max_size_bytes: int = 256 * _MiB
     entry_log_write_bytes: int = 256 * 1024
     flush_yield_max_ms: float = 5.0
+    file_removal_step_bytes: int = 2 * _MiB
     entry_max_size_bytes: int = 5 * _MiB + 1024
     disk_free_min_bytes: int = 1 * _GiB
     disk_free_resume_bytes: int = 2 * _GiB
@@ -143,7 +149,8 @@ class BookieConfig(TomlSettings):
         if self.entry_log_write_bytes <= 0 or self.entry_log_write_bytes % 4096:
             raise ConfigError(f"entry_log_write_bytes must be a positive multiple of 4096, not "
                               f"{self.entry_log_write_bytes}")
-        for name in ("disk_free_min_bytes", "disk_free_resume_bytes", "shutdown_grace_ms", "flush_yield_max_ms"):
+        for name in ("disk_free_min_bytes", "disk_free_resume_bytes", "shutdown_grace_ms", "flush_yield_max_ms",
+                     "file_removal_step_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if self.disk_free_resume_bytes < self.disk_free_min_bytes:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import pathlib
 from collections import defaultdict
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from . import codec
+from .directio import remove_in_steps_now
 from .entrylog import EntryLogWriter, iter_log, log_path
 from .index import Index, encode_location, entry_key
 
@@ -53,12 +53,14 @@ class GarbageCollector:
         writer: EntryLogWriter,
         deleted: set[int],
         compaction_live_ratio: float,
+        remove: Callable[[pathlib.Path], int] = remove_in_steps_now,
     ) -> None:
         self.directory = directory
         self.index = index
         self.writer = writer
         self.deleted = deleted  # shared with Storage, mutated on the storage thread only
         self.compaction_live_ratio = compaction_live_ratio
+        self._remove = remove  # deletes a file, returns the bytes it held (the storage's paced removal)
         self._skip: set[int] = set()  # logs found corrupt: kept for an operator, never compacted again
 
     def plan(self) -> list[Step]:
@@ -84,7 +86,7 @@ class GarbageCollector:
         if usage is not None and any(ledger_id not in self.deleted for ledger_id in usage):
             return 0
         self.index.remove_log(log_id)
-        return _unlink(log_path(self.directory, log_id))
+        return self._unlink(log_path(self.directory, log_id))
 
     def compact_chunk(self, log_id: int, offset: int) -> tuple[Optional[int], int]:
         """Rewrites the live records of up to one chunk of ``log_id`` starting at ``offset``.
@@ -137,16 +139,12 @@ class GarbageCollector:
         if next_offset is not None:
             return next_offset, -rewritten
         self.index.remove_log(log_id)
-        freed = _unlink(path)
+        freed = self._unlink(path)
         log.info("entry log %d compacted: %d live records rewritten", log_id, len(moves))
         return None, freed - rewritten
 
-
-def _unlink(path: pathlib.Path) -> int:
-    try:
-        size = path.stat().st_size
-        os.unlink(path)
-    except FileNotFoundError:
-        return 0
-    log.info("entry log %s removed (%d bytes)", path.name, size)
-    return size
+    def _unlink(self, path: pathlib.Path) -> int:
+        size = self._remove(path)
+        if size:
+            log.info("entry log %s removed (%d bytes)", path.name, size)
+        return size

@@ -56,7 +56,7 @@ import time
 from typing import Callable, Iterator, NamedTuple, Optional
 
 from . import codec
-from .directio import BlockAppender, open_for_append
+from .directio import BlockAppender, open_for_append, remove_in_steps_now
 from .ledger_storage import StorageClosedError
 
 log = logging.getLogger("bookie.journal")
@@ -526,8 +526,10 @@ class Journal:
 
     # -- reclaim and close -----------------------------------------------------------------------------
 
-    def reclaim(self, checkpoint: Position) -> int:
-        """Deletes journal files wholly before ``checkpoint`` (never the current one); returns how many.
+    def reclaim(self, checkpoint: Position, remove: Callable[[pathlib.Path], int] = remove_in_steps_now) -> int:
+        """Deletes journal files wholly before ``checkpoint`` (never the current one) with ``remove`` (the
+        storage's paced removal; it returns the bytes a file held, 0 for one gone or already being removed);
+        returns how many.
 
         Thread-safe (files are only ever created by the writer thread with higher ids).
         """
@@ -536,11 +538,8 @@ class Journal:
         for file_id, path in list_journal_files(self.directory):
             if file_id >= checkpoint.file_id or file_id >= current:
                 break
-            try:
-                path.unlink()
+            if remove(path):
                 removed += 1
-            except FileNotFoundError:
-                pass
         return removed
 
     async def close(self) -> None:

@@ -92,6 +92,9 @@ class Storage(StorageFlush, LedgerStorage):
         self._committed_deleted: set[int] = set()  # storage thread only
         self._storage_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bookie-storage")
         self._read_pool = concurrent.futures.ThreadPoolExecutor(config.read_threads, thread_name_prefix="bookie-read")
+        # Deletes files nothing points into any more, in steps (see _remove_file), off the storage thread.
+        self._removal_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bookie-remove")
+        self._removing: set[pathlib.Path] = set()
         self._writer: Optional[EntryLogWriter] = None
         self._checkpoint: Optional[Position] = None  # the last one committed
         self._gc: Optional[GarbageCollector] = None
@@ -141,7 +144,7 @@ class Storage(StorageFlush, LedgerStorage):
         )
         self._gc = GarbageCollector(
             directory=self.ledgers_dir, index=self.index, writer=self._writer, deleted=self._committed_deleted,
-            compaction_live_ratio=self.config.gc_compaction_live_ratio,
+            compaction_live_ratio=self.config.gc_compaction_live_ratio, remove=self._remove_file,
         )
         checkpoint = self._checkpoint = self.index.checkpoint()
         started = time.monotonic()
@@ -179,6 +182,7 @@ class Storage(StorageFlush, LedgerStorage):
             await loop.run_in_executor(self._storage_pool, self._writer.close)
             self._storage_pool.shutdown(wait=True)
             self._read_pool.shutdown(wait=True)
+            self._removal_pool.shutdown(wait=True)  # a removal under way finishes unpaced (the journal is closed)
             self.index.close()
             os.close(self._lock_fd)
             self.state = StorageState.CLOSED
@@ -531,6 +535,11 @@ class Storage(StorageFlush, LedgerStorage):
         if steps:
             self.entry_log_count = await loop.run_in_executor(pool, lambda: len(list_entry_logs(self.ledgers_dir)))
         return reclaimed
+
+    async def removals_done(self) -> None:
+        """Returns once every file removal asked for so far has finished (the removal thread takes them in
+        order): for whoever must see the space back, tests among them."""
+        await asyncio.wrap_future(self._removal_pool.submit(lambda: None))
 
     async def roll_entry_log(self) -> None:
         """Seals the current entry log (the next flush opens a new one); tests use it to make logs GC-able."""

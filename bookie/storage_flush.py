@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pathlib
 import time
 from collections import defaultdict
 from typing import Optional
@@ -32,6 +33,7 @@ from typing import Optional
 from magnetar.proto import bookie_pb2
 
 from . import codec
+from .directio import remove_in_steps
 from .entrylog import list_entry_logs
 from .index import FlushBatch, LedgerRecord, encode_location, entry_key
 from .journal import Position, ReplayedRecord
@@ -131,15 +133,38 @@ class StorageFlush:
         self._committed_deleted.update(deletes)
         if checkpoint is not None:
             self._checkpoint = checkpoint
-            removed = self.journal.reclaim(checkpoint)
+            removed = self.journal.reclaim(checkpoint, remove=self._remove_file)
             if removed:
                 log.info("checkpoint %s: %d journal files removed", checkpoint, removed)
         self.entry_log_count = len(list_entry_logs(self.ledgers_dir))
         return count
 
+    def _remove_file(self, path: pathlib.Path) -> int:
+        """Storage thread: has a file nothing points into any more deleted by the removal thread, in steps that
+        yield to the journal (a 256 MiB journal file takes a second or two, which the flushes do not wait
+        for); returns the bytes it held, 0 when it is gone or already being removed."""
+        if path in self._removing:
+            return 0
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        self._removing.add(path)
+        self._removal_pool.submit(self._remove_in_steps, path)
+        return size
+
+    def _remove_in_steps(self, path: pathlib.Path) -> None:
+        try:
+            remove_in_steps(path, self.config.file_removal_step_bytes, self._yield_to_journal)
+        except OSError as err:
+            log.error("could not remove %s: %s", path, err)
+        finally:
+            self._removing.discard(path)
+
     def _yield_to_journal(self) -> None:
-        """Storage thread, before each entry-log write, fsync and index commit: waits (bounded) for the
-        journal to be idle. A no-op during replay and after close (the journal is not open)."""
+        """Storage thread, before each entry-log write, fsync and index commit, and removal thread, before
+        each step of a file's removal: waits (bounded) for the journal to be idle. A no-op during replay and
+        after close (the journal is not open)."""
         wait_s = self.config.flush_yield_max_ms / 1000
         if wait_s <= 0 or not self.journal.busy:
             return

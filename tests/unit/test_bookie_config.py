@@ -54,6 +54,7 @@ def test_defaults_and_default_id(tmp_path):
         ({"data_dir": "/x", "entry_max_size_bytes": 100 << 20}, "entry_max_size_bytes"),
         ({"data_dir": "/x", "entry_log_write_bytes": 5000}, "entry_log_write_bytes must be a positive multiple"),
         ({"data_dir": "/x", "flush_yield_max_ms": -1}, "flush_yield_max_ms must not be negative"),
+        ({"data_dir": "/x", "file_removal_step_bytes": -1}, "file_removal_step_bytes must not be negative"),
     ],
 )
 def test_bad_settings_name_the_problem(values, fragment):

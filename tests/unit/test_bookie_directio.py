@@ -145,3 +145,27 @@ def test_before_write_runs_before_each_direct_write(tmp_path) -> None:
         out.close()
         os.close(fd)
     assert (tmp_path / "f").stat().st_size == 20_480
+
+
+def test_remove_in_steps_shrinks_the_file_step_by_step_then_unlinks_it(tmp_path) -> None:
+    path = tmp_path / "old.journal"
+    size = 10 * 4096 + 123
+    path.write_bytes(os.urandom(size))
+    seen = []  # the file's size each time the removal is about to take its next step
+
+    def pace() -> None:
+        seen.append(path.stat().st_size if path.exists() else None)
+
+    assert directio.remove_in_steps(path, 4 * 4096, pace) == size
+    assert not path.exists()
+    assert seen == [size, size - 4 * 4096, size - 8 * 4096], "one pace before each truncation and the unlink"
+
+
+def test_remove_in_steps_without_steps_and_of_a_missing_file(tmp_path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 5000)
+    paces = []
+    assert directio.remove_in_steps(path, 0, lambda: paces.append(1)) == 5000
+    assert not path.exists() and paces == [1]
+    assert directio.remove_in_steps(path, 4096) == 0, "a file already gone is not an error"
+    assert directio.remove_in_steps_now(tmp_path / "never") == 0

@@ -197,6 +197,7 @@ async def test_checkpoint_reclaims_journal_and_bounds_replay(tmp_path):
         assert (await add(live, entries))[0] == S.OK
     assert len(list_journal_files(data / "journal")) > 3
     await live.flush()
+    await live.removals_done()
     remaining = list_journal_files(data / "journal")
     assert len(remaining) == 1, f"journal files before the checkpoint must go: {remaining}"
     assert (await add(live, [(1, 400, b"after checkpoint")]))[0] == S.OK
@@ -253,6 +254,45 @@ async def test_delete_is_durable_and_not_resurrected_by_replay(tmp_path):
         await restarted.close()
 
 
+async def test_dead_journal_files_and_entry_logs_are_removed_in_steps_off_the_storage_thread(tmp_path, monkeypatch):
+    import threading
+
+    import bookie.storage_flush as storage_flush
+
+    calls = []  # (file name, step, thread) of every removal the storage asked for
+    real = storage_flush.remove_in_steps
+
+    def spy(path, step_bytes, pace=None):
+        calls.append((path.name, step_bytes, threading.current_thread().name))
+        return real(path, step_bytes, pace)
+
+    monkeypatch.setattr(storage_flush, "remove_in_steps", spy)
+    data = tmp_path / "a"
+    live = await open_storage(data, journal_max_size_bytes=64 << 10, entry_log_max_size_bytes=64 << 10,
+                              file_removal_step_bytes=16 << 10)
+    try:
+        for batch in range(20):
+            entries = [(1, batch * 10 + i, payload(1, batch * 10 + i, 1000)) for i in range(10)]
+            assert (await add(live, entries))[0] == S.OK
+        journals = {path.name for _, path in list_journal_files(data / "journal")}
+        await live.flush()
+        await live.roll_entry_log()
+        logs = {path.name for _, path in list_entry_logs(data / "ledgers")}
+        assert await live.delete_ledger(1)
+        await live.flush()
+        assert await live.collect_garbage() > 0
+        await live.removals_done()
+        removed = {name for name, _, _ in calls}
+        assert journals - removed == {max(journals)}, "every journal file before the checkpoint, not the current one"
+        assert logs <= removed, "the entry logs of the deleted ledger"
+        assert not removed & {path.name for _, path in list_journal_files(data / "journal")}
+        assert not removed & {path.name for _, path in list_entry_logs(data / "ledgers")}
+        assert {(step, thread.split("_")[0]) for _, step, thread in calls} == {(16 << 10, "bookie-remove")}
+        assert len(calls) == len(removed), "each file asked for once"
+    finally:
+        await live.close()
+
+
 def log_sizes(data: pathlib.Path) -> dict[int, int]:
     return {log_id: path.stat().st_size for log_id, path in list_entry_logs(data / "ledgers")}
 
@@ -275,6 +315,7 @@ async def test_gc_unlinks_dead_logs_and_compacts_mostly_dead_ones(tmp_path):
     assert await live.delete_ledger(1)
     await live.flush()  # commits the tombstone
     reclaimed = await live.collect_garbage()
+    await live.removals_done()
     after = log_sizes(data)
     assert reclaimed > 0
     assert sum(after.values()) < sum(before.values()) * 0.4, (before, after)
