@@ -157,3 +157,22 @@ def test_open_loop_needs_a_rate_to_measure_from():
     result = CliRunner().invoke(perf_app, ["produce", "pulsar://127.0.0.1:1", "t", "--open-loop"])
     assert result.exit_code != 0
     assert "--open-loop needs --rate" in result.output
+
+
+timeline = _load("latency_timeline")
+
+
+def test_the_timeline_groups_slow_windows_into_episodes():
+    rate = 1000.0  # 10 messages a 10 ms window
+    latency_us = [2000] * 1000
+    latency_us[105] = 15000  # window 10 (0.10 s) alone
+    latency_us[500] = 12000  # windows 50 and 52 (0.50 s, 0.52 s): within 30 ms, one episode
+    latency_us[525] = 30000
+    latency_us[900] = 10000  # not over the threshold (10 ms)
+    latency_us[999] = -1  # failed: not a latency
+    got = timeline.episodes(latency_us, rate, 10.0)
+    assert [(round(s, 2), round(length, 2), worst) for s, length, worst in got] == [(0.1, 0.01, 15.0),
+                                                                                     (0.5, 0.03, 30.0)]
+    assert timeline.summary(latency_us) == {"acknowledged": 999, "failed": 1, "p50": 2.0, "p99": 2.0,
+                                            "p99.9": 30.0, "max": 30.0}
+    assert timeline.episodes([], rate, 10.0) == [] and timeline.summary([-1]) == {"acknowledged": 0}
