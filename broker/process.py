@@ -22,6 +22,8 @@ SIGTERM / SIGINT shut down cleanly within ``shutdown_grace_ms``: ``/health`` tur
 goes (nobody assigns this broker a bundle any more), every owned bundle is unloaded (its topics are closed,
 clients are told to reconnect and look up again, which sends them to another broker) and released, then
 the service, the HTTP server, the managed ledgers, the ledger client and the stores close; exit code 0.
+A metadata store without a connection fails the shutdown's calls at once rather than holding each for its
+deadline (``MetadataStore.fail_fast``), so a broker whose ZooKeeper is gone exits in a second or two.
 """
 
 from __future__ import annotations
@@ -320,6 +322,11 @@ class BrokerProcess:
         if self.runtime_metrics is not None:
             self.runtime_metrics.close()
         grace_s = self.config.shutdown_grace_ms / 1000
+        # What the shutdown writes (a ledger's close, a release) is not worth waiting for a lost connection:
+        # the broker's nodes are ephemeral, a ledger left open is recovered by the topic's next owner, and
+        # cursor moves not recorded are redelivered. So a store without a connection fails calls at once.
+        for store in {id(s): s for s in (self.global_store, self.local_store) if s is not None}.values():
+            store.fail_fast()
         try:
             async with asyncio.timeout(grace_s):
                 if self.load_manager is not None:

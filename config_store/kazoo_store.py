@@ -73,6 +73,7 @@ class KazooMetadataStore(MetadataStore):
         self._retry = read_retry or KazooRetry(max_tries=50, delay=0.05, backoff=2, max_jitter=0.4,
                                                max_delay=1.0, deadline=self._operation_timeout_s)
         self._last_session_id: int | None = None
+        self._in_flight: set[asyncio.Future] = set()  # bridged requests not answered yet
         self._lost_reported = False
         self._client = KazooClient(
             hosts=hosts, timeout=session_timeout_ms / 1000,
@@ -153,9 +154,17 @@ class KazooMetadataStore(MetadataStore):
 
     # ------------------------------------------------------------------------------------------ bridging
 
+    def _abandon_in_flight(self) -> None:
+        # kazoo keeps a request sent while reconnecting until a connection answers it: stop waiting for it.
+        for fut in list(self._in_flight):
+            if not fut.done():
+                fut.set_exception(TimeoutError())
+
     def _bridge(self, async_result: Any) -> asyncio.Future:
         """An asyncio future settled (on the loop) when kazoo's IAsyncResult completes (on kazoo's thread)."""
         fut = asyncio.get_running_loop().create_future()
+        self._in_flight.add(fut)
+        fut.add_done_callback(self._in_flight.discard)
 
         def completed(result: Any) -> None:
             try:
@@ -179,7 +188,7 @@ class KazooMetadataStore(MetadataStore):
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation that
                 # arrives together with the answer, which would keep a cancelled watch task alive.
                 async with asyncio.timeout_at(deadline):
-                    await self._connected.wait()
+                    await self._wait_connected()
                     return await self._bridge(start())
             except TimeoutError:
                 error: MetadataError = MetadataUnavailableError(
@@ -190,7 +199,7 @@ class KazooMetadataStore(MetadataStore):
             attempts += 1
             sleep_s = delay_s * random.uniform(1 - policy.max_jitter, 1 + policy.max_jitter)
             if (not retry or not error.retriable or attempts == policy.max_tries
-                    or loop.time() + sleep_s >= deadline):
+                    or loop.time() + sleep_s >= deadline or self._giving_up()):
                 raise error from cause
             await asyncio.sleep(sleep_s)
             delay_s = min(sleep_s * policy.backoff, policy.max_delay)

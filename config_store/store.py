@@ -123,6 +123,7 @@ class MetadataStore(abc.ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lifecycle = asyncio.Lock()
         self._connected = asyncio.Event()
+        self._fail_fast = asyncio.Event()  # see fail_fast()
         self._resync = asyncio.Event()
         self._had_session = False
         self._session_listeners: list[Callable[[SessionEvent], Any]] = []
@@ -139,6 +140,39 @@ class MetadataStore(abc.ABC):
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def fail_fast(self) -> None:
+        """From now on a call that finds no connection fails at once (``MetadataUnavailableError``) instead of
+        waiting for one until its deadline (30 s by default), and calls already waiting stop. For a process
+        shutting down: if its ZooKeeper is unreachable, its ephemeral nodes go with its session and what it
+        cannot write now (a ledger's close, a bundle's release) whoever takes over redoes, so waiting for a
+        connection per call would only delay the exit."""
+        self._fail_fast.set()
+        if not self._connected.is_set():
+            self._abandon_in_flight()
+
+    def _abandon_in_flight(self) -> None:
+        """Fail-fast and disconnected: fails the requests sent and not answered (a client library may hold
+        them until it reconnects). Stores that send requests override it."""
+
+    def _giving_up(self) -> bool:
+        """True when a call should fail now rather than wait or retry: fail-fast and not connected."""
+        return self._fail_fast.is_set() and not self._connected.is_set()
+
+    async def _wait_connected(self) -> None:
+        """Returns once connected; raises TimeoutError when :meth:`fail_fast` was or is called first."""
+        if self._connected.is_set():
+            return
+        if self._fail_fast.is_set():
+            raise TimeoutError
+        waiters = [asyncio.ensure_future(self._connected.wait()), asyncio.ensure_future(self._fail_fast.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        if not self._connected.is_set():
+            raise TimeoutError
 
     async def start(self) -> None:
         """Connects (first session established) and starts background work. Idempotent."""
@@ -343,6 +377,9 @@ class MetadataStore(abc.ABC):
         if event is SessionEvent.LOST and not self._had_session:
             return
         self.session_event_counts[event] += 1
+        if event in (SessionEvent.LOST, SessionEvent.SUSPENDED) and self._fail_fast.is_set():
+            self._connected.clear()
+            self._abandon_in_flight()
         if event is SessionEvent.LOST:
             self.session_lost_count += 1
             self._connected.clear()

@@ -105,3 +105,40 @@ def test_a_killed_broker_restarts_under_its_old_id(tmp_path, zk_connect, zk) -> 
     assert lookup["brokerUrl"] == a.pulsar_url
     bundle = json.loads(get(f"{a.http_url}/lookup/v2/topic/persistent/public/default/x/bundle")[1])
     assert node_json(zk, f"/namespace/public/default/{bundle}")["instance"] != old
+
+
+def test_sigterm_with_zookeeper_gone_exits_promptly(tmp_path) -> None:
+    """With its ZooKeeper gone, a SIGTERMed broker serving a topic waited the whole shutdown grace (8 s) for
+    deregistration, bundle releases and ledger closes that cannot happen; its nodes are ephemeral and the
+    topic's ledger is recovered by its next owner, so the shutdown must not wait for them."""
+    import time
+
+    import pulsar
+
+    from tests.kit.bookies import start_bookies
+    from tests.kit.zookeeper import start_zookeeper
+
+    zookeeper = start_zookeeper(tmp_path / "own-zk")
+    bookies = []
+    try:
+        zk_connect = zookeeper.new_chroot("gone")
+        bookies = start_bookies(1, tmp_path, zk_connect)
+        (broker,) = start_brokers(1, tmp_path, zk_connect, managed_ledger_ensemble_size=1,
+                                  managed_ledger_write_quorum=1, managed_ledger_ack_quorum=1,
+                                  zk_session_timeout_ms=30_000)
+        client = pulsar.Client(broker.pulsar_url, operation_timeout_seconds=10)
+        try:
+            producer = client.create_producer("persistent://public/default/zk-gone")
+            producer.send(b"stored")
+            zookeeper.process.kill()
+            started = time.monotonic()
+            code = broker.terminate(grace_s=20)
+            took = time.monotonic() - started
+        finally:
+            client.close()
+        assert code == 0
+        assert took < 5.0, f"a SIGTERMed broker with its ZooKeeper gone took {took:.1f} s to exit"
+    finally:
+        for b in bookies:
+            b.process.cleanup()
+        zookeeper.process.cleanup()

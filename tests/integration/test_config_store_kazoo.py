@@ -206,3 +206,36 @@ async def test_calls_wait_for_a_suspended_connection_then_fail_as_unavailable(zk
         assert await store.get("/x") is None
     finally:
         await store.close()
+
+
+async def test_fail_fast_ends_the_waits_for_a_lost_connection(tmp_path) -> None:
+    """What a shutting-down broker asks (regression: with its ZooKeeper gone a SIGTERMed broker waited the
+    operation deadline, 30 s, per call): after ``fail_fast`` a call that finds no connection fails at once,
+    one already waiting for the connection stops, and so does a request kazoo holds until it reconnects."""
+    import time
+
+    from tests.kit.zookeeper import start_zookeeper
+
+    zookeeper = start_zookeeper(tmp_path)
+    store = KazooMetadataStore(zookeeper.new_chroot("fail-fast"), operation_timeout_ms=30_000)
+    try:
+        await store.start()
+        await store.create("/x", b"1")
+        zookeeper.process.kill()
+        await wait_for_async(lambda: not store.connected, 15, what="the connection lost")
+        waiting = asyncio.ensure_future(store.get("/x"))
+        held = store._bridge(store._client.get_async("/x"))  # sent while reconnecting: kazoo keeps it
+        await asyncio.sleep(0)
+        assert not waiting.done() and not held.done(), "without fail_fast both wait for a connection"
+        began = time.monotonic()
+        store.fail_fast()
+        with pytest.raises(MetadataUnavailableError):
+            await waiting
+        with pytest.raises(TimeoutError):
+            await held
+        with pytest.raises(MetadataUnavailableError):
+            await store.set("/x", b"2", expected_version=0)
+        assert time.monotonic() - began < 5.0, "no call waited for the connection"
+    finally:
+        await store.close()
+        zookeeper.process.cleanup()
