@@ -137,7 +137,7 @@ def test_sigterm_with_zookeeper_gone_exits_promptly(tmp_path) -> None:
         finally:
             client.close()
         assert code == 0
-        assert took < 5.0, f"a SIGTERMed broker with its ZooKeeper gone took {took:.1f} s to exit"
+        assert took < 6.0, f"a SIGTERMed broker with its ZooKeeper gone took {took:.1f} s to exit (grace: 8 s)"
     finally:
         for b in bookies:
             b.process.cleanup()
