@@ -186,7 +186,8 @@ class BlockAppender:
 
 _ZEROS = bytes(64 * 1024)
 
-__all__ = ["BLOCK", "BlockAppender", "open_for_append", "padding_size", "write_all"]
+__all__ = ["BLOCK", "BlockAppender", "open_for_append", "padding_size", "remove_in_steps", "remove_in_steps_now",
+           "write_all"]
 
 
 def remove_in_steps(path: "os.PathLike[str] | str", step_bytes: int,
@@ -198,8 +199,8 @@ def remove_in_steps(path: "os.PathLike[str] | str", step_bytes: int,
     Why. Freeing a large file's blocks is file-system journal work that a later ``fdatasync`` of the bookie's
     journal waits for, and on a file system mounted with ``discard`` it includes telling the device about
     every freed block. Unlinking a 256 MiB journal file at once stalled the journal's syncs for 100-250 ms on
-    the machine this was built on (ext4, ``discard``); freed 8 MiB at a time, each sync waits for one step's
-    share at most. A crash midway leaves a shorter file of the same name, which is what the caller was
+    the machine this was built on (ext4, ``discard``); freed a few MiB at a time (the bookie's
+    ``file_removal_step_bytes``), each sync waits for one step's share at most. A crash midway leaves a shorter file of the same name, which is what the caller was
     deleting anyway: callers only remove files nothing points into any more (removed again at the next start).
     """
     try:
