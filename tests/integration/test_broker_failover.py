@@ -61,5 +61,6 @@ def test_takeover_after_a_crash_keeps_acks_and_dedup_state(tmp_path, zk_connect)
             client_a.close()
         except Exception:
             pass
+        a.stop()
         for bk in bookies:
             bk.process.cleanup()

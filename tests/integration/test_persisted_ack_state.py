@@ -168,6 +168,7 @@ def test_batch_index_acks_survive_a_broker_crash(tmp_path, zk_connect):
         finally:
             b.stop()
     finally:
+        a.stop()
         for bk in bookies:
             bk.process.cleanup()
 

@@ -132,6 +132,11 @@ class BrokerThread:
             await self.config_store.update_namespace_policies(tenant, ns, lambda _old: policies or Policies())
 
     def stop(self, *, timeout_s: float = 60.0) -> None:
+        """Closes the service and everything it holds; after :meth:`crash`, only what the crashed broker still
+        holds (see :meth:`_release_after_crash`)."""
+        if self.crashed and self.loop is not None and not self.loop.is_running() and not self.loop.is_closed():
+            self._release_after_crash(timeout_s)
+            return
         if self.loop is None or not self.loop.is_running():
             return
         try:
@@ -158,9 +163,38 @@ class BrokerThread:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    def _release_after_crash(self, timeout_s: float) -> None:
+        """At the test's end: closes the ZooKeeper sessions and bookie connections a crashed broker still holds
+        (a crashed process's would die with it) so that none of its clients outlives the test, and its loop."""
+        async def release() -> None:
+            async with asyncio.timeout(timeout_s):
+                for closer in self._closers:
+                    try:
+                        await closer()
+                    except Exception:
+                        log.exception("closing test resources failed")
+                if self._metadata_store is not None:
+                    await self._metadata_store.close()
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        def run() -> None:  # on a thread of its own: the caller may be inside a running loop (an async test)
+            try:
+                self.loop.run_until_complete(release())
+            except Exception:
+                log.exception("releasing what a crashed broker held failed")
+            finally:
+                self.loop.close()
+        thread = threading.Thread(target=run, name="broker-release", daemon=True)
+        thread.start()
+        thread.join(timeout_s + 5)
+
     def crash(self, *, timeout_s: float = 10.0) -> None:
         """A broker crash as clients and storage see it: every socket closes at once and the loop stops where
-        it is. Nothing is flushed, unloaded or closed (pending cursor writes and snapshots are lost)."""
+        it is. Nothing is flushed, unloaded or closed (pending cursor writes and snapshots are lost); what it
+        still holds (ZooKeeper sessions, bookie connections) is closed by :meth:`stop` at the test's end."""
         self.crashed = True
 
         def cut() -> None:
