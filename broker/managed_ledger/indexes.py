@@ -68,9 +68,13 @@ class BrokerEntryIndexes:
         return self._confirmed_next_index - 1
 
     async def first_index(self) -> int:
-        """The index of the first retained message that has one (Kafka's log start offset); ``next_index``
-        when no retained entry has an index."""
-        next_index = self.next_index
+        """The index of the first retained message that has one (Kafka's log start offset); when no retained
+        entry has an index, the one the first entry confirmed from now on will have (one past the last
+        confirmed), not ``next_index``: entries in flight get their indexes from there, and answering past
+        them made a consumer asking for the earliest offset of a topic being written skip them, or be told
+        its offset is out of range."""
+        self.next_index  # IndexNotEnabledError when indexes are off
+        first_to_come = self._confirmed_next_index
         for stats in self.layout.stats():
             if stats.entries <= 0:
                 continue
@@ -82,7 +86,7 @@ class BrokerEntryIndexes:
             if last != _NO_INDEX:  # indexes start inside this ledger: find where
                 position = await self._first_entry_at_or_above(stats.ledger_id, stats.entries, 0)
                 return entry_base_index((await self._read_positions([position]))[0].data)
-        return next_index
+        return first_to_come
 
     async def find_position_by_index(self, index: int) -> Position:
         """The position of the entry holding message ``index``: the first entry whose stored index (that of

@@ -86,6 +86,19 @@ async def test_indexes_continue_over_rollovers_reopen_and_a_crashed_owner(bookie
         assert stored_index((await read_everything(ml))[-1].data) == sum(counts[:landed])
 
 
+async def test_first_index_of_a_topic_with_entries_in_flight_is_theirs(bookies, zk_connect) -> None:
+    """Regression (a Kafka consumer reading a replicated topic from the earliest offset got nothing): with no
+    entry confirmed yet, ListOffsets(earliest) answered the index after the entries still in flight, so the
+    consumer skipped them, or its fetch was out of range and it reset to the latest offset."""
+    async with Broker(zk_connect, cfg(broker_entry_metadata_interceptors=BOTH)) as a:
+        ml = await a.factory.open(TOPIC)
+        in_flight = [ml.add_entry_nowait(batch(n, i)) for i, n in enumerate((3, 2))]  # not confirmed yet
+        assert ml.next_index == 5 and ml.last_confirmed_index == -1
+        assert await ml.first_index() == 0
+        await asyncio.gather(*in_flight)
+        assert await ml.first_index() == 0 and ml.last_confirmed_index == 4
+
+
 async def test_find_position_by_index_over_ledgers_with_batches(bookies, zk_connect) -> None:
     config = cfg(max_entries_per_ledger=5, broker_entry_metadata_interceptors=BOTH, retention_time_s=0,
                  retention_size_bytes=0)
