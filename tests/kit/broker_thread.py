@@ -151,6 +151,14 @@ class BrokerThread:
             await self.service.close()
         if self.ml_factory is not None:
             await self.ml_factory.close()
+        await self._close_held()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _close_held(self) -> None:
+        """The test's closers (ZooKeeper sessions, ledger client) and the in-memory metadata store."""
         for closer in self._closers:
             try:
                 await closer()
@@ -158,23 +166,13 @@ class BrokerThread:
                 log.exception("closing test resources failed")
         if self._metadata_store is not None:
             await self._metadata_store.close()
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
     def _release_after_crash(self, timeout_s: float) -> None:
         """At the test's end: closes the ZooKeeper sessions and bookie connections a crashed broker still holds
         (a crashed process's would die with it) so that none of its clients outlives the test, and its loop."""
         async def release() -> None:
             async with asyncio.timeout(timeout_s):
-                for closer in self._closers:
-                    try:
-                        await closer()
-                    except Exception:
-                        log.exception("closing test resources failed")
-                if self._metadata_store is not None:
-                    await self._metadata_store.close()
+                await self._close_held()
             pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for t in pending:
                 t.cancel()
