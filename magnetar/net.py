@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import socket
 import threading
 import time
@@ -11,7 +13,12 @@ import time
 # range, which is also where every outgoing connection takes its source port, so between picking a port and
 # the server binding it a client socket could take it ("cannot bind": seen in test runs). Below the range only
 # listeners bind. Ports handed out by this process are not handed out again.
+#
+# Processes that pick ports side by side (the test suite's parallel workers) cannot see each other's picks: two
+# could pick the same free port and the second server to bind it fails (seen in CI). Each is given a range of
+# its own with MAGNETAR_PORT_RANGE="LOW-HIGH" (inherited by the processes it starts); see port_range().
 _LOWEST_PORT = 10_000
+PORT_RANGE_ENV = "MAGNETAR_PORT_RANGE"
 _given: set[int] = set()
 _given_lock = threading.Lock()
 
@@ -24,6 +31,27 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
+def port_range() -> tuple[int, int]:
+    """Where :func:`free_port` picks from: ``[low, high)``; MAGNETAR_PORT_RANGE="LOW-HIGH" (both inclusive)
+    when set, else from 10,000 up to the ephemeral range. A malformed value is an error, not ignored."""
+    value = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not value:
+        return _LOWEST_PORT, _ephemeral_low()
+    match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", value)
+    if not match or not 1 <= int(match[1]) <= int(match[2]) <= 65_535:
+        raise ValueError(f"{PORT_RANGE_ENV}={value!r}: expected LOW-HIGH, 1 <= LOW <= HIGH <= 65535")
+    return int(match[1]), int(match[2]) + 1
+
+
+def split_port_range(index: int, count: int) -> str:
+    """The MAGNETAR_PORT_RANGE value of the ``index``-th of ``count`` processes sharing this one's range."""
+    if not 0 <= index < count:
+        raise ValueError(f"index {index} outside 0..{count - 1}")
+    low, high = port_range()
+    size = (high - low) // count
+    return f"{low + index * size}-{low + (index + 1) * size - 1}"
+
+
 def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -34,12 +62,12 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago, outside the ephemeral range when it can be."""
-    high = _ephemeral_low()
+    """A TCP port that was free on ``host`` a moment ago, from :func:`port_range` when it can be."""
+    low, high = port_range()
     with _given_lock:
-        if high - _LOWEST_PORT > 1_000:
+        if high - low > 100:
             for _ in range(200):
-                port = random.randrange(_LOWEST_PORT, high)
+                port = random.randrange(low, high)
                 if port not in _given and _bindable(host, port):
                     _given.add(port)
                     return port

@@ -4,13 +4,23 @@ Spark."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
 
+from magnetar import net
 from tests.kit import process as kit_process
 from tests.kit.fixtures import bookie_factory  # noqa: F401 (a fixture)
 from tests.kit.zookeeper import ZooKeeperServer, start_zookeeper
+
+
+def pytest_configure(config) -> None:
+    """Parallel workers (pytest-xdist) pick server ports from disjoint ranges, inherited by every process they
+    start: two workers picking the same free port made the second server unable to bind it (a CI failure)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        os.environ[net.PORT_RANGE_ENV] = net.split_port_range(int(worker[2:]), int(count))
 
 
 @pytest.fixture(scope="session")

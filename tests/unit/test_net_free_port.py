@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from magnetar import net
 
 
@@ -33,3 +35,21 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch) -> None:
         net._given.discard(net._LOWEST_PORT + 7)
         port = net.free_port()
         assert port != taken
+
+
+def test_the_range_comes_from_the_environment_and_splits_without_overlap(monkeypatch) -> None:
+    """Regression: two pytest workers picked the same free port; the second bookie could not bind it (CI)."""
+    monkeypatch.setenv(net.PORT_RANGE_ENV, "20000-20999")
+    assert net.port_range() == (20_000, 21_000)
+    slices = [net.split_port_range(i, 3) for i in range(3)]
+    assert slices == ["20000-20332", "20333-20665", "20666-20998"]
+    monkeypatch.setenv(net.PORT_RANGE_ENV, slices[1])
+    ports = {net.free_port() for _ in range(50)}
+    assert all(20_333 <= p <= 20_665 for p in ports), sorted(ports)
+
+
+def test_a_malformed_range_is_refused_by_name(monkeypatch) -> None:
+    for bad in ("20000", "9-x", "30000-20000", "0-10", "1-70000"):
+        monkeypatch.setenv(net.PORT_RANGE_ENV, bad)
+        with pytest.raises(ValueError, match=net.PORT_RANGE_ENV):
+            net.port_range()
