@@ -101,6 +101,10 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
             when missing (as Pulsar standalone does).
         http_request_body_max_bytes: larger REST bodies are refused with 413.
         shutdown_grace_ms: on SIGTERM, how long unloading bundles and closing topics may take in total.
+        keep_alive_interval_ms: Pulsar's ``keepAliveIntervalSeconds``, on both sides of the binary protocol: a
+            connection that received nothing for this long is sent a PING and closed if the next interval passes
+            without an answer (so a silent peer is noticed within two to three intervals); applies to clients'
+            connections and to this broker's replication connections to other clusters.
         cluster_service_url, cluster_broker_service_url: what ``bootstrap`` registers for the cluster
             (``http://h1:p1,h2:p2`` and ``pulsar://h1:p1,h2:p2``: every broker of the region, so other
             regions' replicators reach whichever answers); empty: this broker's own URLs.
@@ -212,6 +216,7 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
     bootstrap: bool = True
     http_request_body_max_bytes: int = 1 * _MiB
     shutdown_grace_ms: int = 8_000
+    keep_alive_interval_ms: int = 30_000
     cluster_service_url: str = ""
     cluster_broker_service_url: str = ""
     replication_enabled: bool = True
@@ -290,6 +295,7 @@ class BrokerConfig(TomlSettings, RegionServerSettings, SecuritySettings):
             "managed_ledger_cursor_persist_interval_ms", "default_namespace_bundles", "max_message_size_bytes",
             "max_partitions_per_topic", "load_report_interval_ms", "http_request_body_max_bytes",
             "replication_read_batch_max", "replication_pending_max", "replication_backoff_max_ms",
+            "keep_alive_interval_ms",
             "replicated_subscriptions_snapshot_interval_ms", "replicated_subscriptions_snapshot_timeout_ms",
             "backlog_quota_check_interval_ms", "load_balancer_bundle_split_interval_ms",
             "load_balancer_shedding_interval_ms", "load_balancer_namespace_maximum_bundles",

@@ -75,7 +75,8 @@ _QUORUM_RENAMES = {"write_quorum_size": "managed_ledger_write_quorum", "ack_quor
 _MANAGED_LEDGER_RENAMES = {**_QUORUM_RENAMES, "max_size_per_ledger_bytes": "managed_ledger_max_ledger_size_bytes",
                            "broker_entry_metadata_interceptors": "broker_entry_metadata_interceptors"}
 _REPLICATION_RENAMES = {"snapshot_interval_s": "replicated_subscriptions_snapshot_interval_ms",
-                        "snapshot_timeout_s": "replicated_subscriptions_snapshot_timeout_ms"}
+                        "snapshot_timeout_s": "replicated_subscriptions_snapshot_timeout_ms",
+                        "keep_alive_interval_s": "keep_alive_interval_ms"}
 
 
 class BrokerError(MagnetarError):

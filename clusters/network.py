@@ -167,15 +167,23 @@ def _pair(network: dict[str, Any], a: str, b: str) -> tuple[int, int]:
     return regions[a]["index"], regions[b]["index"]
 
 
+_LINK_ACTIONS = {
+    "cut": "cut (connections reset, new ones refused)",
+    "silence": "silenced (nothing passes, nothing is closed: each end waits for its own timeouts)",
+    "heal": "healed",
+}
+
+
 def link(data_dir: pathlib.Path | str, action: str, a: str, b: str) -> str:
-    """``cut`` or ``heal`` the link between regions ``a`` and ``b``: a cut resets every connection between
-    them and refuses new ones until healed. Returns what was done, for the operator."""
-    if action not in ("cut", "heal"):
+    """``cut``, ``silence`` or ``heal`` the link between regions ``a`` and ``b``: a cut resets every connection
+    between them and refuses new ones, a silence lets nothing through either way and closes nothing (a
+    partition as the ends see it), until healed. Returns what was done, for the operator."""
+    if action not in _LINK_ACTIONS:
         raise ValueError(action)
     network = _network_of(data_dir)
     i, j = _pair(network, a, b)
     _relay(network, f"{action} {i} {j}")
-    return f"{a} <-> {b}: {'cut (connections reset, new ones refused)' if action == 'cut' else 'healed'}"
+    return f"{a} <-> {b}: {_LINK_ACTIONS[action]}"
 
 
 def set_delay(data_dir: pathlib.Path | str, latency_ms: float, jitter_ms: float) -> str:
@@ -192,7 +200,8 @@ def show(data_dir: pathlib.Path | str) -> dict[str, Any]:
     names = {r["index"]: name for name, r in network["regions"].items()}
     try:
         stats = json.loads(_relay(network, "stats"))
-        stats["cut"] = [sorted(names.get(i, "host") for i in pair) for pair in stats.get("cut", [])]
+        for kind in ("cut", "silenced"):
+            stats[kind] = [sorted(names.get(i, "host") for i in pair) for pair in stats.get(kind, [])]
     except LinkError:
         stats = None
     return {**network, "namespaces_present": netns.namespaces_with_prefix(network["prefix"]), "relay": stats}

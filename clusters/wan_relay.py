@@ -13,8 +13,12 @@ addresses; the root namespace, 10.n.0.x, is region 0).
 
 Control (one line per connection to the unix socket ``--control``, answer ``ok`` or ``error: ...``):
 ``cut A B`` closes every relayed connection between regions A and B (both directions, by RST) and refuses new
-ones until ``heal A B``; ``delay MS JITTER_MS`` changes the delay of chunks read from then on; ``stats``
-answers a JSON object (connections, bytes, refused, the delay, and the pairs cut now).
+ones until ``heal A B``; ``silence A B`` is a partition as a network shows it: nothing passes either way and
+nothing is closed (the relay stops reading and delivering on the pair's connections, so the senders' buffers
+fill, and holds new connections without connecting them on), so each end only learns of it by its own
+timeouts; ``heal A B`` ends either, and what was held flows on to whichever end is still there. ``delay MS
+JITTER_MS`` changes the delay of chunks read from then on; ``stats`` answers a JSON object (connections, bytes,
+refused, held, the delay, and the pairs cut and silenced now).
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ class Relay:
         self.delay_ms = delay_ms
         self.jitter_ms = jitter_ms
         self.cut: set[frozenset[int]] = set()
+        self.silenced: dict[frozenset[int], asyncio.Event] = {}  # set when the pair's silence ends
         self.links: dict[frozenset[int], set[asyncio.StreamWriter]] = {}
         self.random = random.Random(seed)
-        self.stats = {"connections": 0, "refused": 0, "bytes": 0}
+        self.stats = {"connections": 0, "refused": 0, "held": 0, "bytes": 0}
         self.servers: list[asyncio.AbstractServer] = []
 
     async def listen(self, public: str, direct: str, port: int, *, listen_port: Optional[int] = None) -> None:
@@ -66,6 +71,12 @@ class Relay:
             self.stats["refused"] += 1
             _reset(c_writer)
             return
+        if pair in self.silenced:
+            self.stats["held"] += 1
+            await self._until_heard(pair)
+            if pair in self.cut:
+                _reset(c_writer)
+                return
         try:
             s_reader, s_writer = await asyncio.open_connection(direct, port)
         except OSError:
@@ -74,13 +85,14 @@ class Relay:
         self.stats["connections"] += 1
         members = self.links.setdefault(pair, set())
         members.update((c_writer, s_writer))
-        pipes = [asyncio.ensure_future(self._pipe(c_reader, s_writer)),
-                 asyncio.ensure_future(self._pipe(s_reader, c_writer))]
+        pipes = [asyncio.ensure_future(self._pipe(c_reader, s_writer, pair)),
+                 asyncio.ensure_future(self._pipe(s_reader, c_writer, pair))]
         try:
             pending = set(pipes)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.exception() is not None for t in done if not t.cancelled()):
+                errors = [t.exception() for t in done if not t.cancelled()]  # each one retrieved, not just the first
+                if any(e is not None for e in errors):
                     for w in (c_writer, s_writer):
                         _reset(w)  # one side died: so does the other, as through a cut link
                     for t in pending:
@@ -93,8 +105,15 @@ class Relay:
             for w in (c_writer, s_writer):
                 w.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Copies one direction with the delay; returns at end of stream, raises OSError when a side dies."""
+    async def _until_heard(self, pair: frozenset[int]) -> None:
+        """Returns at once unless ``pair`` is silenced; then when it is healed."""
+        silence = self.silenced.get(pair)
+        if silence is not None:
+            await silence.wait()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pair: frozenset[int]) -> None:
+        """Copies one direction with the delay (held while the pair is silenced); returns at end of stream,
+        raises OSError when a side dies."""
         queue: asyncio.Queue[Optional[tuple[float, bytes]]] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -106,6 +125,7 @@ class Relay:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                await self._until_heard(pair)
                 writer.write(data)
                 await writer.drain()
             if writer.can_write_eof():
@@ -115,6 +135,7 @@ class Relay:
         last_due = 0.0
         try:
             while True:
+                await self._until_heard(pair)  # silenced: unread bytes stay in the kernel and the sender waits
                 data = await reader.read(_CHUNK_BYTES)
                 if not data:
                     break
@@ -134,21 +155,26 @@ class Relay:
         words = line.split()
         if not words:
             return "error: empty command"
-        if words[0] in ("cut", "heal") and len(words) == 3:
+        if words[0] in ("cut", "heal", "silence") and len(words) == 3:
             pair = frozenset((int(words[1]), int(words[2])))
             if words[0] == "cut":
                 self.cut.add(pair)
                 for w in list(self.links.get(pair, ())):
                     _reset(w)
+            elif words[0] == "silence":
+                self.silenced.setdefault(pair, asyncio.Event())
             else:
                 self.cut.discard(pair)
+            if words[0] != "silence" and pair in self.silenced:
+                self.silenced.pop(pair).set()  # held connections go on (or, cut, are reset)
             return "ok"
         if words[0] == "delay" and len(words) == 3:
             self.delay_ms, self.jitter_ms = float(words[1]), float(words[2])
             return "ok"
         if words[0] == "stats":
             return json.dumps({**self.stats, "delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms,
-                               "cut": sorted(sorted(pair) for pair in self.cut)})
+                               "cut": sorted(sorted(pair) for pair in self.cut),
+                               "silenced": sorted(sorted(pair) for pair in self.silenced)})
         return f"error: unknown command {line!r}"
 
 

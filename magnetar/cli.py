@@ -204,7 +204,8 @@ def netns_show(
     typer.echo(f"{shown['prefix']}: regions {shown['latency_ms']:g} ± {shown['jitter_ms']:g} ms apart; relay "
                + ("not answering" if relay is None else
                   f"{relay['delay_ms']:g} ± {relay['jitter_ms']:g} ms now, {relay['connections']} connections, "
-                  f"{relay['refused']} refused; cut: {', '.join(' <-> '.join(p) for p in relay['cut']) or 'none'}"))
+                  f"{relay['refused']} refused; cut: {', '.join(' <-> '.join(p) for p in relay['cut']) or 'none'}; "
+                  f"silenced: {', '.join(' <-> '.join(p) for p in relay.get('silenced', [])) or 'none'}"))
     for name, region in shown["regions"].items():
         present = "present" if region["namespace"] in shown["namespaces_present"] else "absent"
         typer.echo(f"  {name}: namespace {region['namespace']} ({present}), public {region['public_address']}, "
@@ -227,10 +228,18 @@ def netns_cut(a: str = typer.Argument(..., help="A region."), b: str = typer.Arg
     _link("cut", a, b, data_dir)
 
 
+@netns_app.command("silence")
+def netns_silence(a: str = typer.Argument(..., help="A region."),
+                  b: str = typer.Argument(..., help="Another region."),
+                  data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
+    """Partition two regions silently: nothing passes either way, nothing is closed, until `heal`."""
+    _link("silence", a, b, data_dir)
+
+
 @netns_app.command("heal")
 def netns_heal(a: str = typer.Argument(..., help="A region."), b: str = typer.Argument(..., help="Another region."),
                data_dir: pathlib.Path = typer.Option(..., "--data-dir")) -> None:
-    """Heal the link between two regions (their clients reconnect by themselves)."""
+    """Heal the link between two regions after a cut or a silence (their clients reconnect by themselves)."""
     _link("heal", a, b, data_dir)
 
 

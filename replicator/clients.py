@@ -40,9 +40,11 @@ class RemoteClients:
 
     def __init__(self, configuration: "ConfigurationStore", *, operation_timeout_s: float = 30.0,
                  backoff_max_s: float = 5.0, auth: Optional[Auth] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None, prefer_tls: bool = False) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None, prefer_tls: bool = False,
+                 keep_alive_interval_s: float = 30.0) -> None:
         self.configuration = configuration
         self.operation_timeout_s = operation_timeout_s
+        self.keep_alive_interval_s = keep_alive_interval_s
         self.backoff_max_s = backoff_max_s
         self.auth = auth
         self.ssl_context = ssl_context
@@ -73,7 +75,8 @@ class RemoteClients:
             client = self._clients.get((cluster, url))
             if client is None:
                 client = Client(url, operation_timeout_s=self.operation_timeout_s, backoff_max_s=self.backoff_max_s,
-                                auth=self.auth, ssl_context=self.ssl_context)
+                                auth=self.auth, ssl_context=self.ssl_context,
+                                keep_alive_interval_s=self.keep_alive_interval_s)
                 self._clients[(cluster, url)] = client
                 log.info("replication client for cluster %s at %s", cluster, url)
             return client

@@ -42,6 +42,7 @@ class ReplicationSettings:
     backoff_max_s: float = 5.0
     snapshot_interval_s: float = 1.0
     snapshot_timeout_s: float = 30.0
+    keep_alive_interval_s: float = 30.0  # of the connections to remote clusters (the broker's keep_alive_interval_ms)
 
 
 class TopicReplicators:
@@ -160,7 +161,8 @@ class ReplicationService:
         self.local_cluster = local_cluster
         self.settings = settings or ReplicationSettings()
         self.clients = RemoteClients(configuration, backoff_max_s=self.settings.backoff_max_s, auth=auth,
-                                     ssl_context=ssl_context, prefer_tls=prefer_tls)
+                                     ssl_context=ssl_context, prefer_tls=prefer_tls,
+                                     keep_alive_interval_s=self.settings.keep_alive_interval_s)
 
     def attach(self, topic: Any) -> TopicReplicators:
         return TopicReplicators(self, topic)

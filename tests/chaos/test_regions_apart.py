@@ -7,6 +7,9 @@ every region (read back in full), replication drained after healing, the replica
 and what the fault must leave working or stop:
 
 * link-cut: the relay resets and refuses every connection between the two regions, then lets them again;
+* link-silent: a partition as the ends see it: nothing passes between the regions and nothing is closed, for
+  longer than the brokers' keep-alive takes to give up on a silent peer (2 s here: PING, then close), so the
+  replicators' connections are closed by the keep-alive and their reconnections hang until healed;
 * config-store-paused: SIGSTOP of the global configuration store: a policy change fails, messaging goes on
   (every region's producer is acknowledged while it lasts); once it resumes, a policy change succeeds;
 * zookeeper-paused: SIGSTOP of one region's ZooKeeper (shorter than the broker's session): a topic of a fresh
@@ -43,6 +46,8 @@ def _namespaces_can_be_made() -> None:
 
 EAST, WEST = "east", "west"
 ROWS: list[tuple] = []
+KEEP_ALIVE_MS = 2_000  # the brokers' keep-alive (30 s by default): a silent link is noticed within 4-6 s
+HOLD_S = {"link-silent": 8.0}  # how long each fault lasts (default 3 s)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +60,8 @@ def apart(tmp_path_factory):
         disk = None  # no tmpfs here: the disk-full fault is skipped
     try:
         dep = start_netns_regions([EAST, WEST], base,
-                                  bookie_data_dirs={"east-bookie-1": disk.path / "data"} if disk else None)
+                                  bookie_data_dirs={"east-bookie-1": disk.path / "data"} if disk else None,
+                                  keep_alive_interval_ms=KEEP_ALIVE_MS)
         dep.disk = disk
         try:
             yield dep
@@ -75,7 +81,7 @@ def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
     seen, faults = fault_actions(apart, EAST, WEST)
     start, end = faults[fault]
     try:
-        result = run_fault(apart, fault, start=start, end=end, tmp=tmp_path, hold_s=3.0)
+        result = run_fault(apart, fault, start=start, end=end, tmp=tmp_path, hold_s=HOLD_S.get(fault, 3.0))
     except BaseException:
         print(apart.log_tails(2000))
         raise
@@ -88,7 +94,7 @@ def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
         assert check.messages >= result.acked, check
     assert all(seen.values()), seen
     assert result.acked > 0
-    if fault in ("config-store-paused", "zookeeper-paused", "link-cut"):
+    if fault in ("config-store-paused", "zookeeper-paused", "link-cut", "link-silent"):
         # messaging goes on: the region's own topic keeps taking publishes (an owned topic needs neither)
         assert all(n > 0 for n in result.acked_during_fault.values()), result.acked_during_fault
 

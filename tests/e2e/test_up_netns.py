@@ -268,6 +268,15 @@ def test_up_netns_regions_apart_replicate_through_the_link_cut_and_heal(tmp_path
         assert sorted(m["data"] for m in got) == sorted(f"m-{i}" for i in range(20, 30))
         assert west_in_counter() == 30
 
+        # -- silence and heal through the CLI: shown while it lasts, gone after -------------------------------
+        silence = magnetar("netns", "silence", "west", "east", "--data-dir", str(ddir.root))
+        assert silence.returncode == 0 and "silenced" in silence.stdout, silence.stderr
+        shown = json.loads(magnetar("netns", "show", "--data-dir", str(ddir.root), "--json").stdout)
+        assert shown["relay"]["silenced"] == [["east", "west"]] and shown["relay"]["cut"] == []
+        assert magnetar("netns", "heal", "east", "west", "--data-dir", str(ddir.root)).returncode == 0
+        shown = json.loads(magnetar("netns", "show", "--data-dir", str(ddir.root), "--json").stdout)
+        assert shown["relay"]["silenced"] == []
+
         # -- down: no process and no namespace of the deployment is left ------------------------------------
         down = magnetar("down", "--data-dir", str(ddir.root), timeout_s=120)
         assert down.returncode == 0, f"{down.stdout}\n{down.stderr}"

@@ -140,7 +140,7 @@ def _fails(call) -> bool:
     return False
 
 
-FAULTS = ("link-cut", "config-store-paused", "zookeeper-paused", "brokers-killed", "bookie-disk-full")
+FAULTS = ("link-cut", "link-silent", "config-store-paused", "zookeeper-paused", "brokers-killed", "bookie-disk-full")
 # Not in the test suite (time), in bench/chaos_table.py: a bookie SIGSTOPped, as a disk that stopped answering,
 # and a bookie whose disk is slow (tests/kit/slow_disk.py; tests/chaos/test_slow_disk.py has it in the suite).
 MORE_FAULTS = ("bookie-paused", "config-store-killed", "bookie-disk-slow")
@@ -210,8 +210,22 @@ def fault_actions(dep: ApartRegions, local: str, remote: str, *,
         delayed = dep.slow_disk.normal()["fsyncs_delayed"] - slow_delayed_at_start[0]
         seen[f"fsyncs delayed ({delayed})"] = delayed > 0
 
+    broker = here.brokers[0]
+    silenced_at_start = [0]
+
+    def silence():
+        silenced_at_start[0] = broker.process.log_tail(1 << 22).count("did not answer PING")
+        dep.silence(local, remote)
+
+    def heal_silence():
+        # Noticed by the keep-alive (nothing was reset): the replication connection gave up on its silent peer.
+        noticed = broker.process.log_tail(1 << 22).count("did not answer PING") - silenced_at_start[0]
+        seen[f"silence noticed by the keep-alive ({noticed})"] = noticed > 0
+        dep.heal(local, remote)
+
     return seen, {
         "link-cut": (lambda: dep.cut(local, remote), lambda: dep.heal(local, remote)),
+        "link-silent": (silence, heal_silence),
         "config-store-paused": (pause_config_store, resume_config_store),
         "zookeeper-paused": (pause_zookeeper, resume_zookeeper),
         "brokers-killed": (lambda: here.stop_brokers(), lambda: here.start_brokers(timeout_s=90)),

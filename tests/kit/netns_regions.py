@@ -64,7 +64,12 @@ class ApartRegions:
         """Cuts the link between regions ``a`` and ``b``: live connections are reset, new ones refused."""
         send_command(self.relay_control, f"cut {self._index(a)} {self._index(b)}")
 
+    def silence(self, a: str, b: str) -> None:
+        """Partitions regions ``a`` and ``b`` silently: nothing passes, nothing is closed (see clusters.wan_relay)."""
+        send_command(self.relay_control, f"silence {self._index(a)} {self._index(b)}")
+
     def heal(self, a: str, b: str) -> None:
+        """Ends a cut or a silence between regions ``a`` and ``b``."""
         send_command(self.relay_control, f"heal {self._index(a)} {self._index(b)}")
 
     def set_delay(self, delay_ms: float, jitter_ms: float) -> None:

@@ -238,7 +238,8 @@ def test_storage_and_replication_settings_flow_from_broker_toml() -> None:
         "managed_ledger_max_ledger_size_bytes": 8, "managed_ledger_max_ledger_rollover_time_ms": 9000,
         "managed_ledger_cursor_persist_interval_ms": 10, "replication_read_batch_max": 11,
         "replication_pending_max": 12, "replication_backoff_max_ms": 1300,
-        "replicated_subscriptions_snapshot_interval_ms": 1400, "replicated_subscriptions_snapshot_timeout_ms": 1500})
+        "replicated_subscriptions_snapshot_interval_ms": 1400, "replicated_subscriptions_snapshot_timeout_ms": 1500,
+        "keep_alive_interval_ms": 1600})
     assert derive(ManagedLedgerConfig, broker, prefix="managed_ledger_", renames=_MANAGED_LEDGER_RENAMES) == \
         ManagedLedgerConfig(ensemble_size=5, write_quorum_size=3, ack_quorum_size=2, max_entries_per_ledger=7,
                             max_size_per_ledger_bytes=8, max_ledger_rollover_time_s=9.0, cursor_persist_interval_ms=10,
@@ -247,4 +248,6 @@ def test_storage_and_replication_settings_flow_from_broker_toml() -> None:
         LedgerClientConfig(ensemble_size=5, write_quorum_size=3, ack_quorum_size=2)
     assert derive(ReplicationSettings, broker, prefix="replication_", renames=_REPLICATION_RENAMES) == \
         ReplicationSettings(read_batch_max=11, pending_max=12, backoff_max_s=1.3, snapshot_interval_s=1.4,
-                            snapshot_timeout_s=1.5)
+                            snapshot_timeout_s=1.5, keep_alive_interval_s=1.6)
+    # one keep-alive for both sides: the broker's client connections and its replication connections
+    assert derive(ServiceConfig, broker, renames=_SERVICE_RENAMES).keep_alive_interval_s == 1.6

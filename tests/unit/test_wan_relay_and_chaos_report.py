@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
 
 from magnetar.net import free_port
 from tests.kit.chaos_report import check_region, percentile, replication_delays_ms, table
+from tests.kit.wait import wait_for_async
 from tests.kit.wan_relay import Relay, region_of
 
 
@@ -61,6 +63,77 @@ async def test_relay_delays_each_direction_keeps_order_and_cuts_and_heals():
         assert relay.command("heal 0 0") == "ok"
         assert await round_trip_s(relayed) >= 0.045
         assert relay.command("bogus").startswith("error")
+    finally:
+        relay.close()
+        server.close()
+
+
+async def test_silence_holds_both_ways_and_new_connections_until_healed_then_everything_flows_on():
+    """A partition as a network shows it: nothing passes, nothing is closed; the ends only see silence."""
+    target, relayed = free_port(), free_port()
+    server = await echo_server(target)
+    relay = Relay(delay_ms=1.0, jitter_ms=0.0)
+    await relay.listen("127.0.0.1", "127.0.0.1", target, listen_port=relayed)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", relayed)
+        writer.write(b"before")
+        assert await reader.readexactly(6) == b"before"
+        assert relay.command("silence 0 0") == "ok"
+        writer.write(b"during")
+        await writer.drain()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readexactly(6), 0.5)  # nothing comes back, and nothing is closed
+        assert not reader.at_eof()
+        late = asyncio.ensure_future(round_trip_s(relayed, b"new"))  # a new connection: accepted, held
+        done, _ = await asyncio.wait({late}, timeout=0.5)
+        assert not done and relay.stats["held"] == 1
+        assert '"silenced": [[0]]' in relay.command("stats")  # the pair {0, 0} is {0}
+        assert relay.command("heal 0 0") == "ok"
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == b"during"  # what was held flows on
+        assert await asyncio.wait_for(late, 5) < 5
+        assert relay.command("silence 0 0") == "ok" and relay.command("cut 0 0") == "ok"
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):  # a cut ends a silence by RST
+            writer.write(b"gone")
+            await writer.drain()
+            await asyncio.wait_for(reader.readexactly(4), 5)
+        writer.close()
+        assert '"silenced": []' in relay.command("stats")
+    finally:
+        relay.close()
+        server.close()
+
+
+async def test_a_relayed_connection_dying_on_both_sides_at_once_leaves_no_unretrieved_error():
+    """Regression: when both directions failed in the same round only the first error was retrieved; the relay's
+    log filled with "Task exception was never retrieved" after a silence whose two ends had given up."""
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context.get("message", "")))
+    target, relayed = free_port(), free_port()
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def sink(reader, writer):
+        accepted.append(writer)
+        while await reader.read(65536):
+            pass
+    server = await asyncio.start_server(sink, "127.0.0.1", target)
+    relay = Relay(delay_ms=1.0, jitter_ms=0.0)
+    await relay.listen("127.0.0.1", "127.0.0.1", target, listen_port=relayed)
+    try:
+        for n in range(1, 4):
+            _, client = await asyncio.open_connection("127.0.0.1", relayed)
+            await wait_for_async(lambda: accepted and relay.stats["connections"] == n, 5,
+                                 what="the relay connected through")
+            far = accepted.pop()
+            relay.command("silence 0 0")
+            client.write(b"x" * 100)
+            far.write(b"y" * 100)
+            client.transport.abort()  # both ends give up while nothing passes
+            far.transport.abort()
+            relay.command("heal 0 0")
+            await wait_for_async(lambda: not relay.links.get(frozenset((0,))), 5, what="the relayed connection ended")
+        gc.collect()
+        assert not [m for m in reported if "never retrieved" in m], reported
     finally:
         relay.close()
         server.close()
