@@ -19,7 +19,8 @@ and what the fault must leave working or stop:
   of two bookies the region cannot store (its producers wait); healed by freeing the space and restarting
   the bookie (a journal that failed a write refuses every later one until a restart).
 
-The module prints the table of issue 18 at its end. Needs root (``ip netns``); skipped otherwise.
+Each fault's topic is then audited by ``magnetar audit``'s Spark job, reading every region's bookies directly
+(the last test): no violation. The module prints the table of issue 18 at its end. Needs root (``ip netns``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ import subprocess
 
 import pytest
 
+from spark.audit.runner import audit_deployment
 from tests.kit import netns
 from tests.kit.chaos_report import table
 from tests.kit.chaos_run import FAULTS, fault_actions, run_fault
 from tests.kit.disk import SmallDisk
 from tests.kit.netns_regions import start_netns_regions
+from tests.kit.regions import write_topology
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +49,7 @@ def _namespaces_can_be_made() -> None:
 
 EAST, WEST = "east", "west"
 ROWS: list[tuple] = []
+AUDITED: list[str] = []  # each fault's topic, for the audit at the end
 KEEP_ALIVE_MS = 2_000  # the brokers' keep-alive (30 s by default): a silent link is noticed within 4-6 s
 HOLD_S = {"link-silent": 8.0}  # how long each fault lasts (default 3 s)
 
@@ -86,6 +90,7 @@ def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
         print(apart.log_tails(2000))
         raise
     ROWS.append(result.row)
+    AUDITED.append(result.topic)
     print(f"\n{fault}: {result.row} delay p50 {result.p50_delay_ms} ms p99 {result.p99_delay_ms} ms")
     for check in result.checks:
         assert check.lost == 0, check
@@ -97,6 +102,24 @@ def test_fault_between_regions_apart(apart, fault, tmp_path: pathlib.Path):
     if fault in ("config-store-paused", "zookeeper-paused", "link-cut", "link-silent"):
         # messaging goes on: the region's own topic keeps taking publishes (an owned topic needs neither)
         assert all(n > 0 for n in result.acked_during_fault.values()), result.acked_during_fault
+
+
+def test_the_spark_audit_finds_no_violation_after_the_faults(apart, spark_session, tmp_path: pathlib.Path):
+    """The issue's end-of-run check of every region's contents: the audit (missing, duplicated, order, payload,
+    stray, replicated-subscription divergence) over every fault's topic, its executors reading the bookies."""
+    if not AUDITED:  # this test alone (-k): one fault first, so there is something to audit
+        _, faults = fault_actions(apart, EAST, WEST)
+        AUDITED.append(run_fault(apart, "link-cut", start=faults["link-cut"][0], end=faults["link-cut"][1],
+                                 tmp=tmp_path / "fault", hold_s=1.0).topic)
+    topology = write_topology(apart.regions, [EAST, WEST], tmp_path / "topology.json")
+    report = audit_deployment(spark_session, topology, topics=AUDITED, out_dir=tmp_path / "audit", reader="source")
+    print("\naudit:", {t: report["rows"]["by_topic"].get(t) for t in AUDITED}, "violations", report["violations"])
+    assert report["inputs"]["reader"] == "source"
+    assert report["violations"] == 0, report["checks"]
+    assert sorted(report["topics"]) == sorted(AUDITED)
+    for topic in AUDITED:  # both regions hold every message of both producers
+        rows = report["rows"]["by_topic"][topic]
+        assert rows[EAST] == rows[WEST] > 0, (topic, rows)
 
 
 def test_namespaces_are_removed_after_stop(tmp_path):

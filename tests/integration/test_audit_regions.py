@@ -42,7 +42,7 @@ from spark.audit.topology import read_topology  # noqa: E402
 from spark.faults import Fault, FaultInjector  # noqa: E402
 from tests.e2e.test_geo_replication import client, producer_for, wait_replicated  # noqa: E402
 from tests.kit.process import ManagedProcess  # noqa: E402
-from tests.kit.regions import start_regions  # noqa: E402
+from tests.kit.regions import start_regions, write_topology  # noqa: E402,F401 (write_topology: test_audit_three_regions)
 from tests.kit.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
@@ -62,15 +62,6 @@ def regions(tmp_path_factory, zk_server):
         yield deployment
     finally:
         deployment.stop()
-
-
-def write_topology(regions, names, path: pathlib.Path) -> pathlib.Path:
-    """Regions ``names`` of the deployment as ``magnetar up`` would describe them in topology.json."""
-    doc = {"regions": {name: {"zookeeper": {"connect": regions[name].zk_connect},
-                              "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in regions[name].brokers]}
-                       for name in names}}
-    path.write_text(json.dumps(doc))
-    return path
 
 
 @pytest.fixture(scope="module")

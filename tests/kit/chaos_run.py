@@ -33,6 +33,7 @@ _CLIENT = [sys.executable, "-m", "tests.kit.region_client"]
 @dataclass
 class FaultResult:
     fault: str
+    topic: str
     duration_s: float
     checks: list[RegionCheck]
     acked: int
@@ -116,7 +117,7 @@ def run_fault(dep: ApartRegions, fault: str, *, start: Callable[[], None], end: 
         assert reader.wait(timeout=120) == 0, f"read-back in {r} failed"
         checks.append(check_region(r, out.read_text().split(), acked))
         delays += replication_delays_ms((tmp / f"{r}.consumed").read_text().splitlines(), [f"{r}-p"])
-    return FaultResult(fault, round(time.monotonic() - began, 1), checks, sum(len(v) for v in acked.values()),
+    return FaultResult(fault, topic, round(time.monotonic() - began, 1), checks, sum(len(v) for v in acked.values()),
                        float(max(delays, default=float("nan"))), percentile(delays, 50), percentile(delays, 99),
                        round(drain_s, 1), during)
 

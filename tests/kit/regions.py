@@ -265,6 +265,15 @@ class Regions(Mapping[str, Region]):
         return f"Regions({', '.join(repr(r) for r in self._regions.values())})"
 
 
+def write_topology(regions: Mapping[str, Region], names: Sequence[str], path: pathlib.Path) -> pathlib.Path:
+    """Regions ``names`` of a deployment as ``magnetar up`` describes them in topology.json (what the audit reads)."""
+    doc = {"regions": {name: {"zookeeper": {"connect": regions[name].zk_connect},
+                              "brokers": [{"http": b.http_url, "pulsar": b.pulsar_url} for b in regions[name].brokers]}
+                       for name in names}}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def start_regions(
     names: Sequence[str], base_dir: pathlib.Path, zk_server: ZooKeeperServer, *,
     bookies: int | Mapping[str, int] = 3, brokers: int | Mapping[str, int] = 2, request: Any = None,
