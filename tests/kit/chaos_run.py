@@ -144,7 +144,7 @@ def _fails(call) -> bool:
 FAULTS = ("link-cut", "link-silent", "config-store-paused", "zookeeper-paused", "brokers-killed", "bookie-disk-full")
 # Not in the test suite (time), in bench/chaos_table.py: a bookie SIGSTOPped, as a disk that stopped answering,
 # and a bookie whose disk is slow (tests/kit/slow_disk.py; tests/chaos/test_slow_disk.py has it in the suite).
-MORE_FAULTS = ("bookie-paused", "config-store-killed", "bookie-disk-slow")
+MORE_FAULTS = ("bookie-paused", "config-store-killed", "bookie-disk-slow", "zookeeper-killed")
 SLOW_FSYNC_MS = 200.0
 
 
@@ -179,6 +179,16 @@ def fault_actions(dep: ApartRegions, local: str, remote: str, *,
         here.admin("PUT", f"/admin/v2/namespaces/{probe}", {"replication_clusters": [local]})
         dep.zookeeper[local].pause()
         seen["new topic unowned"] = _fails(lambda: lookup_probe(2))
+
+    def kill_zookeeper():
+        here.admin("PUT", f"/admin/v2/namespaces/{probe}", {"replication_clusters": [local]})
+        dep.zookeeper[local].kill()
+        seen["new topic unowned"] = _fails(lambda: lookup_probe(2))
+
+    def restart_zookeeper():
+        dep.zookeeper[local].start(timeout_s=90)
+        wait_for(lambda: not _fails(lambda: lookup_probe(5)), 90, what="the new topic owned once ZooKeeper is back")
+        seen["new topic owned after"] = True
 
     def resume_zookeeper():
         dep.zookeeper[local].resume()
@@ -234,4 +244,5 @@ def fault_actions(dep: ApartRegions, local: str, remote: str, *,
         "bookie-paused": (bookie.process.pause, bookie.process.resume),
         "bookie-disk-slow": (slow_disk, normal_disk),
         "config-store-killed": (kill_config_store, lambda: dep.config_store.start(timeout_s=90)),
+        "zookeeper-killed": (kill_zookeeper, restart_zookeeper),
     }
