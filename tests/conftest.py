@@ -23,6 +23,14 @@ def pytest_configure(config) -> None:
         os.environ[net.PORT_RANGE_ENV] = net.split_port_range(int(worker[2:]), int(count))
 
 
+def pytest_sessionstart(session) -> None:
+    """Network namespaces and FUSE mounts a killed earlier run left (with the servers inside them) go first."""
+    from tests.kit import leftovers
+
+    for what in leftovers.sweep():
+        print(f"removed what a killed test run left: {what}")
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory) -> ZooKeeperServer:
     """One real ZooKeeper server for the whole session (tests isolate themselves by chroot)."""

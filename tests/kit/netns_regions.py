@@ -25,6 +25,7 @@ from clusters.wan_relay import send_command
 from magnetar import zookeeper as zk
 from magnetar.net import free_port
 
+from . import leftovers
 from .bookies import BookieProcess
 from .brokers import BrokerHandle
 from .process import ManagedProcess, python_command
@@ -53,6 +54,7 @@ class ApartRegions:
     config_store: ManagedProcess
     zookeeper: dict[str, ManagedProcess] = field(default_factory=dict)
     disk: Any = None  # a tests.kit.disk.SmallDisk a test put under a bookie, for the disk-full fault
+    leftover_record: Optional[pathlib.Path] = None  # tests.kit.leftovers: swept by the next run if we are killed
     _stopped: bool = False
 
     # -- faults -----------------------------------------------------------------------------------------
@@ -92,6 +94,7 @@ class ApartRegions:
                 proc.cleanup()
         finally:
             self.wan.close()
+            leftovers.forget(self.leftover_record)
 
     def log_tails(self, n_bytes: int = 3000) -> str:
         extra = [self.relay, self.config_store, *self.zookeeper.values()]
@@ -109,6 +112,7 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
     """
     base_dir = pathlib.Path(base_dir)
     wan = Wan.create(names)
+    record = leftovers.record("netns", layout=wan.layout.document())
     started: list[ManagedProcess] = []
     deployment: ApartRegions | None = None
     try:
@@ -166,7 +170,7 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
         relay.start(timeout_s=30)
         started.append(relay)
         deployment = ApartRegions(wan=wan, regions=regions, relay=relay, relay_control=control,
-                                  config_store=config_store, zookeeper=zookeepers)
+                                  config_store=config_store, zookeeper=zookeepers, leftover_record=record)
         if request is not None:
             request.addfinalizer(deployment.stop)
 
@@ -190,6 +194,7 @@ def start_netns_regions(names: Sequence[str], base_dir: pathlib.Path, *, bookies
             for proc in started:
                 proc.cleanup()
             wan.close()
+            leftovers.forget(record)
         raise
     return deployment
 

@@ -47,6 +47,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from . import leftovers
+from .leftovers import listed_as_mounted
 from .process import ManagedProcess
 
 # -- the FUSE process ----------------------------------------------------------------------------------------
@@ -339,6 +341,7 @@ class SlowDisk:
         self.log_path = pathlib.Path(log_path) if log_path else self.mount.with_name(self.mount.name + ".log")
         self._control_dir: Optional[str] = None
         self.process: Optional[ManagedProcess] = None
+        self._record: Optional[pathlib.Path] = None  # tests.kit.leftovers: removed by the next run if we are killed
 
     @property
     def control_path(self) -> str:
@@ -370,6 +373,9 @@ class SlowDisk:
         except BaseException:
             self.stop()
             raise
+        pid = self.process.pid
+        self._record = leftovers.record("fuse", mount=os.path.abspath(self.mount), server=pid,
+                                        server_started=leftovers.start_time(pid))
         return self
 
     def _serving(self) -> bool:
@@ -379,11 +385,13 @@ class SlowDisk:
         """Kills the FUSE process (its group) and unmounts lazily; idempotent, also after a failed start."""
         if self.process is not None:
             self.process.cleanup()
-        if os.path.ismount(self.mount) or _listed_as_mounted(self.mount):
+        if os.path.ismount(self.mount) or listed_as_mounted(self.mount):
             self._umount()
         if self._control_dir is not None:
             shutil.rmtree(self._control_dir, ignore_errors=True)
             self._control_dir = None
+        leftovers.forget(self._record)
+        self._record = None
 
     def _umount(self) -> None:
         for argv in (["fusermount3", "-u", "-z", str(self.mount)], ["umount", "-l", str(self.mount)]):
@@ -443,17 +451,6 @@ class SlowDisk:
 
     def __repr__(self) -> str:
         return f"SlowDisk({self.mount} over {self.backing})"
-
-
-def _listed_as_mounted(path: pathlib.Path) -> bool:
-    """A FUSE mount whose server died fails ``stat`` (ENOTCONN), so ``os.path.ismount`` says False: ask
-    the kernel's mount table instead."""
-    target = os.path.abspath(path)
-    try:
-        with open("/proc/self/mounts") as mounts:
-            return any(line.split()[1] == target for line in mounts)
-    except OSError:
-        return False
 
 
 def main(argv: Optional[list[str]] = None) -> None:
