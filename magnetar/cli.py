@@ -180,7 +180,7 @@ def demo(
 
 
 netns_app = typer.Typer(help="The links between the regions of a deployment run with `magnetar up --netns`: "
-                         "show, cut, heal, change the delay.", no_args_is_help=True)
+                         "show, cut, silence, heal, change the delay.", no_args_is_help=True)
 
 
 @netns_app.command("show")
@@ -188,7 +188,7 @@ def netns_show(
     data_dir: pathlib.Path = typer.Option(..., "--data-dir"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Each region's namespace and addresses, the delay, the links cut now and the relay's counters."""
+    """Each region's namespace and addresses, the delay, the links cut or silenced now and the relay's counters."""
     import json
 
     from clusters.network import show

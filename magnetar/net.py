@@ -65,12 +65,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago, from :func:`port_range` when it can be."""
     low, high = port_range()
     with _given_lock:
-        if high - low > 100:
-            for _ in range(200):
-                port = random.randrange(low, high)
-                if port not in _given and _bindable(host, port):
-                    _given.add(port)
-                    return port
+        for port in random.sample(range(low, high), min(200, max(0, high - low))):
+            if port not in _given and _bindable(host, port):
+                _given.add(port)
+                return port
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # fall back to the OS's choice
             sock.bind((host, 0))
             port = sock.getsockname()[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 import urllib.request
 from typing import Any, Optional
 
@@ -137,3 +138,9 @@ class ServerProcess:
 
     def terminate(self, *, grace_s: float = 20.0) -> Optional[int]:
         return self.process.terminate(grace_s=grace_s)
+
+    def timed_terminate(self, *, grace_s: float = 20.0) -> tuple[Optional[int], float]:
+        """SIGTERM; (exit code, seconds until it exited), the process SIGKILLed after ``grace_s``."""
+        began = time.monotonic()
+        code = self.process.terminate(grace_s=grace_s)
+        return code, time.monotonic() - began
