@@ -31,26 +31,10 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
-_own_range: str = ""  # this process's own range (use_port_range), before MAGNETAR_PORT_RANGE
-
-
-def use_port_range(value: str) -> None:
-    """Makes this process pick from ``value`` ("LOW-HIGH") while the processes it starts keep the environment's
-    range: a test worker and the supervisor it starts then never pick the same port."""
-    global _own_range
-    previous, _own_range = _own_range, value
-    try:
-        port_range()  # a malformed value fails here, and is not kept
-    except ValueError:
-        _own_range = previous
-        raise
-
-
 def port_range() -> tuple[int, int]:
-    """Where :func:`free_port` picks from: ``[low, high)``; this process's own range (:func:`use_port_range`),
-    else MAGNETAR_PORT_RANGE="LOW-HIGH" (both inclusive) when set, else from 10,000 up to the ephemeral range.
-    A malformed value is an error, not ignored."""
-    value = (_own_range or os.environ.get(PORT_RANGE_ENV, "")).strip()
+    """Where :func:`free_port` picks from: ``[low, high)``; MAGNETAR_PORT_RANGE="LOW-HIGH" (both inclusive)
+    when set, else from 10,000 up to the ephemeral range. A malformed value is an error, not ignored."""
+    value = os.environ.get(PORT_RANGE_ENV, "").strip()
     if not value:
         return _LOWEST_PORT, _ephemeral_low()
     match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", value)

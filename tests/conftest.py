@@ -16,15 +16,11 @@ from tests.kit.zookeeper import ZooKeeperServer, start_zookeeper
 
 
 def pytest_configure(config) -> None:
-    """Parallel workers (pytest-xdist) pick server ports from disjoint ranges: two workers picking the same free
-    port made the second server unable to bind it (a CI failure). Within a worker's range, the worker takes one
-    half and the processes it starts (a supervisor picking ports of its own) the other."""
+    """Parallel workers (pytest-xdist) pick server ports from disjoint ranges, inherited by every process they
+    start: two workers picking the same free port made the second server unable to bind it (a CI failure)."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
         os.environ[net.PORT_RANGE_ENV] = net.split_port_range(int(worker[2:]), int(count))
-    own, children = net.split_port_range(0, 2), net.split_port_range(1, 2)
-    os.environ[net.PORT_RANGE_ENV] = children
-    net.use_port_range(own)
 
 
 def pytest_sessionstart(session) -> None:

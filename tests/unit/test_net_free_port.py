@@ -13,12 +13,6 @@ import pytest
 from magnetar import net
 
 
-@pytest.fixture(autouse=True)
-def _no_own_range(monkeypatch) -> None:
-    """tests/conftest.py gives the test process a range of its own; these tests set the environment's."""
-    monkeypatch.setattr(net, "_own_range", "")
-
-
 def test_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
     low = net._ephemeral_low()
     ports = [net.free_port() for _ in range(200)]
@@ -51,16 +45,6 @@ def test_the_range_comes_from_the_environment_and_splits_without_overlap(monkeyp
     monkeypatch.setenv(net.PORT_RANGE_ENV, slices[1])
     ports = {net.free_port() for _ in range(50)}
     assert all(20_333 <= p <= 20_665 for p in ports), sorted(ports)
-
-
-def test_a_process_own_range_comes_before_the_one_its_children_inherit(monkeypatch) -> None:
-    monkeypatch.setenv(net.PORT_RANGE_ENV, "21000-21099")
-    net.use_port_range("20000-20099")
-    assert net.port_range() == (20_000, 20_100)
-    assert all(20_000 <= net.free_port() < 20_100 for _ in range(20))
-    with pytest.raises(ValueError, match=net.PORT_RANGE_ENV):
-        net.use_port_range("nonsense")
-    assert net.port_range() == (20_000, 20_100)  # the bad value was not kept
 
 
 def test_a_malformed_range_is_refused_by_name(monkeypatch) -> None:
