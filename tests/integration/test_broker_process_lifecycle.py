@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
-from tests.kit.brokers import start_brokers
+from tests.kit.brokers import broker_on_own_zookeeper, start_brokers
 from tests.kit.process import python_command
 
 pytestmark = pytest.mark.timeout(120)
@@ -113,28 +113,13 @@ def test_sigterm_with_zookeeper_gone_exits_promptly(tmp_path) -> None:
     topic's ledger is recovered by its next owner, so the shutdown must not wait for them."""
     import pulsar
 
-    from tests.kit.bookies import start_bookies
-    from tests.kit.zookeeper import start_zookeeper
-
-    zookeeper = start_zookeeper(tmp_path / "own-zk")
-    bookies = []
-    try:
-        zk_connect = zookeeper.new_chroot("gone")
-        bookies = start_bookies(1, tmp_path, zk_connect)
-        (broker,) = start_brokers(1, tmp_path, zk_connect, managed_ledger_ensemble_size=1,
-                                  managed_ledger_write_quorum=1, managed_ledger_ack_quorum=1,
-                                  zk_session_timeout_ms=30_000)
+    with broker_on_own_zookeeper(tmp_path, zk_session_timeout_ms=30_000) as (zookeeper, broker):
         client = pulsar.Client(broker.pulsar_url, operation_timeout_seconds=10)
         try:
-            producer = client.create_producer("persistent://public/default/zk-gone")
-            producer.send(b"stored")
+            client.create_producer("persistent://public/default/zk-gone").send(b"stored")
             zookeeper.process.kill()
             code, took = broker.timed_terminate(grace_s=20)
         finally:
             client.close()
-        assert code == 0
-        assert took < 6.0, f"a SIGTERMed broker with its ZooKeeper gone took {took:.1f} s to exit (grace: 8 s)"
-    finally:
-        for b in bookies:
-            b.process.cleanup()
-        zookeeper.process.cleanup()
+    assert code == 0
+    assert took < 6.0, f"a SIGTERMed broker with its ZooKeeper gone took {took:.1f} s to exit (grace: 8 s)"

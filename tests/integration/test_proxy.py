@@ -25,7 +25,7 @@ from magnetar.protocol.client import Connection, ServerError
 from magnetar.protocol.client.commands import connect_command
 
 from tests.kit.bookies import start_bookies
-from tests.kit.brokers import start_brokers
+from tests.kit.brokers import broker_on_own_zookeeper, start_brokers
 from tests.kit.certs import TestCa
 from tests.kit.process import python_command
 from tests.kit.proxies import start_proxy
@@ -555,29 +555,18 @@ def test_clients_through_the_proxy_carry_on_when_the_owner_broker_dies(region) -
 
 def test_sigterm_with_zookeeper_gone_exits_promptly(tmp_path) -> None:
     """A SIGTERMed proxy whose ZooKeeper is gone (a client connected through it) must not wait on the store."""
-    from tests.kit.zookeeper import start_zookeeper
-
-    zookeeper = start_zookeeper(tmp_path / "own-zk")
-    started = []
-    try:
-        zk_connect = zookeeper.new_chroot("gone")
-        started += [b.process for b in start_bookies(1, tmp_path, zk_connect)]
-        brokers = start_brokers(1, tmp_path, zk_connect, managed_ledger_ensemble_size=1,
-                                managed_ledger_write_quorum=1, managed_ledger_ack_quorum=1)
-        started += [b.process for b in brokers]
+    with broker_on_own_zookeeper(tmp_path) as (zookeeper, broker):
         ca = TestCa(tmp_path / "ca")
-        proxy = start_proxy(tmp_path, zk_connect, ca, zk_session_timeout_ms=30_000)
-        started.append(proxy.process)
-        client = tls_client(proxy, ca)
+        proxy = start_proxy(tmp_path, broker.settings["zookeeper"], ca, zk_session_timeout_ms=30_000)
         try:
-            client.create_producer("persistent://public/default/proxy-zk-gone").send(b"stored")
-            zookeeper.process.kill()
-            code, took = proxy.timed_terminate(grace_s=20)
+            client = tls_client(proxy, ca)
+            try:
+                client.create_producer("persistent://public/default/proxy-zk-gone").send(b"stored")
+                zookeeper.process.kill()
+                code, took = proxy.timed_terminate(grace_s=20)
+            finally:
+                client.close()
         finally:
-            client.close()
-        assert code == 0
-        assert took < 6.0, f"a SIGTERMed proxy with its ZooKeeper gone took {took:.1f} s to exit"
-    finally:
-        for process in started:
-            process.cleanup()
-        zookeeper.process.cleanup()
+            proxy.process.cleanup()
+    assert code == 0
+    assert took < 6.0, f"a SIGTERMed proxy with its ZooKeeper gone took {took:.1f} s to exit"

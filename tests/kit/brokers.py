@@ -9,8 +9,9 @@ answers 200 and the binary port accepts connections.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
-from typing import Any
+from typing import Any, Iterator
 
 from magnetar.net import free_port, is_listening
 
@@ -76,3 +77,25 @@ def start_brokers(
     for b in brokers:
         b.wait_healthy(timeout_s=timeout_s)
     return brokers
+
+
+@contextlib.contextmanager
+def broker_on_own_zookeeper(tmp_path: pathlib.Path, **broker_overrides: Any) -> Iterator[tuple[Any, "BrokerHandle"]]:
+    """A ZooKeeper of its own (so a test may kill it), one bookie and one broker at E/Qw/Qa 1/1/1 on it; yields
+    ``(zookeeper, broker)`` (the ZooKeeper's ``new_chroot`` gave the region) and ends every process afterwards."""
+    from .bookies import start_bookies
+    from .zookeeper import start_zookeeper
+
+    zookeeper = start_zookeeper(tmp_path / "own-zk")
+    started = []
+    try:
+        zk_connect = zookeeper.new_chroot("gone")
+        started += [b.process for b in start_bookies(1, tmp_path, zk_connect)]
+        (broker,) = start_brokers(1, tmp_path, zk_connect, managed_ledger_ensemble_size=1,
+                                  managed_ledger_write_quorum=1, managed_ledger_ack_quorum=1, **broker_overrides)
+        started.append(broker.process)
+        yield zookeeper, broker
+    finally:
+        for process in started:
+            process.cleanup()
+        zookeeper.process.cleanup()
