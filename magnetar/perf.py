@@ -32,7 +32,9 @@ import dataclasses
 import json
 import multiprocessing
 import queue as queue_module
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -117,6 +119,10 @@ def run_perf(spec: PerfSpec, *, processes: int = 1, interval_s: float = 5.0, jso
     Raises:
         RuntimeError: a worker failed (its error is in the message).
     """
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C (SIGINT) is how a run without --duration ends: a disposition inherited as "ignored" (a parent
+        # that ignores it, nohup-like wrappers) would leave it running for good.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     stop = ctx.Event()

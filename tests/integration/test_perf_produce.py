@@ -54,10 +54,16 @@ def test_perf_produce_reports_throughput_and_latency(broker, tmp_path, client_ki
 def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kind, sub_type):
     topic = unique_topic("perf")
     consume_json = tmp_path / "consume.json"
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "magnetar", "perf", "consume", broker.url, topic, "--client", client_kind,
-         "--subscription-type", sub_type, "--duration", "120", "--interval", "1", "--json", str(consume_json)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output goes to a file, not a pipe read only at the end: a consumer whose output filled the pipe would
+    # block in a write and never finish (seen in CI: it did not exit within 60 s of Ctrl-C).
+    consume_out = tmp_path / "consume.out"
+    argv = [sys.executable, "-m", "magnetar", "perf", "consume", broker.url, topic, "--client", client_kind,
+            "--subscription-type", sub_type, "--duration", "120", "--interval", "1", "--json", str(consume_json)]
+    # Started with SIGINT ignored, as by a parent that ignores it (exec keeps that): Ctrl-C must still end it.
+    ignoring = ("import os, signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                f"os.execv({sys.executable!r}, {argv!r})")
+    with open(consume_out, "w") as out:
+        consumer = subprocess.Popen([sys.executable, "-c", ignoring], stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
         # Produce once the subscription exists (its initial position is "latest").
         wait_for(lambda: "perf" in broker.stats(topic).get("subscriptions", {}), 30, what="perf subscription")
@@ -69,10 +75,17 @@ def test_perf_consume_counts_what_perf_produce_sent(broker, tmp_path, client_kin
         # ends the consumer (regression: a fixed 8 s run ended before a loaded machine had delivered it all)
         wait_for(lambda: broker.stats(topic)["subscriptions"]["perf"]["msgBacklog"] == 0, 60, what="no backlog")
         consumer.send_signal(signal.SIGINT)
-        stdout, _ = consumer.communicate(timeout=60)
+        try:
+            consumer.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            output = consume_out.read_text(errors="replace")
+            pytest.fail(f"perf consume did not exit within 60 s of SIGINT ({len(output)} bytes of output):\n"
+                        f"{output[:3000]}\n...\n{output[-3000:]}")
     finally:
         consumer.kill()
-    consumed = check_report(subprocess.CompletedProcess(consumer.args, consumer.returncode, stdout, ""), consume_json)
+        consumer.wait()
+    stdout = consume_out.read_text(errors="replace")
+    consumed = check_report(subprocess.CompletedProcess(argv, consumer.returncode, stdout, ""), consume_json)
     assert consumed["messages"] == produced["messages"]
     # pulsar-client was once handed a Python logger that let every DEBUG line through, one per message
     # received: a fifth of the consume rate went to logging
