@@ -24,7 +24,10 @@ def pytest_configure(config) -> None:
 
 
 def pytest_sessionstart(session) -> None:
-    """Network namespaces and FUSE mounts a killed earlier run left (with the servers inside them) go first."""
+    """Network namespaces and FUSE mounts a killed earlier run left (with the servers inside them) go first; once,
+    in the controlling process (parallel workers start after it)."""
+    if hasattr(session.config, "workerinput"):
+        return
     from tests.kit import leftovers
 
     for what in leftovers.sweep():

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from clusters import netns
+from clusters.runtime import start_ticks
 from tests.kit import leftovers
 from tests.kit.slow_disk import SlowDisk, fuse_available
 from tests.kit.wait import wait_for
@@ -20,10 +21,10 @@ from tests.kit.wait import wait_for
 @pytest.fixture
 def dead_owner() -> tuple[int, int]:
     """The pid and start time of a process that has ended (what a SIGKILLed pytest looks like afterwards)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    started = leftovers.start_time(proc.pid)
-    proc.kill()
-    proc.wait()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = start_ticks(proc.pid)  # it runs until its stdin closes
+    proc.stdin.close()
+    proc.wait(timeout=30)
     assert started is not None
     return proc.pid, started
 

@@ -23,21 +23,9 @@ import uuid
 from typing import Any, Optional
 
 from clusters import netns
+from clusters.runtime import is_alive, signal_group, start_ticks
 
 RECORDS = pathlib.Path(tempfile.gettempdir()) / f"magnetar-kit-leftovers-{os.getuid()}"
-
-
-def start_time(pid: int) -> Optional[int]:
-    """The start time of process ``pid`` (clock ticks since boot), None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int, started: Optional[int]) -> bool:
-    return started is not None and start_time(pid) == started
 
 
 def record(kind: str, **facts: Any) -> pathlib.Path:
@@ -46,7 +34,7 @@ def record(kind: str, **facts: Any) -> pathlib.Path:
     pid = os.getpid()
     path = RECORDS / f"{kind}-{pid}-{uuid.uuid4().hex[:8]}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"kind": kind, "owner": pid, "owner_started": start_time(pid), **facts}))
+    tmp.write_text(json.dumps({"kind": kind, "owner": pid, "owner_started": start_ticks(pid), **facts}))
     tmp.replace(path)
     return path
 
@@ -66,7 +54,7 @@ def sweep() -> list[str]:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # being written, or already swept by a parallel worker
-        if _alive(int(doc.get("owner", 0)), doc.get("owner_started")):
+        if is_alive(int(doc.get("owner", 0)), doc.get("owner_started")):
             continue
         if doc.get("kind") == "netns":
             removed += _remove_namespaces(doc)
@@ -91,12 +79,8 @@ def _remove_namespaces(doc: dict[str, Any]) -> list[str]:
 
 
 def _remove_mount(doc: dict[str, Any]) -> list[str]:
-    server, server_started = int(doc.get("server", 0)), doc.get("server_started")
-    if server and _alive(server, server_started):
-        try:
-            os.killpg(server, signal.SIGKILL)  # the kit starts it in a session (and group) of its own
-        except ProcessLookupError:
-            pass
+    # The kit starts the FUSE server in a session (and group) of its own.
+    signal_group(int(doc.get("server", 0)), doc.get("server_started"), signal.SIGKILL)
     mount = str(doc["mount"])
     if listed_as_mounted(mount):
         for argv in (["fusermount3", "-u", "-z", mount], ["umount", "-l", mount]):

@@ -47,6 +47,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from clusters.runtime import start_ticks
+
 from . import leftovers
 from .leftovers import listed_as_mounted
 from .process import ManagedProcess
@@ -375,7 +377,7 @@ class SlowDisk:
             raise
         pid = self.process.pid
         self._record = leftovers.record("fuse", mount=os.path.abspath(self.mount), server=pid,
-                                        server_started=leftovers.start_time(pid))
+                                        server_started=start_ticks(pid))
         return self
 
     def _serving(self) -> bool:
