@@ -172,8 +172,11 @@ class BookieClient:
         self._queued_since: Optional[float] = None
         self._inflight: collections.deque[_InFlight] = collections.deque()
         self._request_ids = itertools.count(1)
-        self._wakeup = asyncio.Event()
-        self._room = asyncio.Event()
+        # The stream task's wait (for an add, for room in flight, or for its reader or watchdog to end): one
+        # plain future a wait, set by _poke. (An asyncio.Event waited on beside the two tasks with asyncio.wait
+        # cost a task and three done callbacks a wait, nearly one a request on an idle pipe.)
+        self._waiter: Optional[asyncio.Future] = None
+        self._room_wanted = False
         self._task: Optional[asyncio.Task] = None
 
     # -- pipelined adds ---------------------------------------------------------------------------------
@@ -190,7 +193,7 @@ class BookieClient:
         if self._task is None or self._task.done():
             self.state = ClientState.STREAMING
             self._task = asyncio.get_running_loop().create_task(self._run_stream(), name=f"bookie-add-{self.bookie_id}")
-        self._wakeup.set()
+        self._poke()
 
     def _take_batch(self) -> tuple[bool, list[_QueuedAdd]]:
         for recovery in (False, True):
@@ -222,6 +225,7 @@ class BookieClient:
         loop = asyncio.get_running_loop()
         # The watchdog runs while connecting too: a connection attempt that hangs is an add that times out.
         watchdog = loop.create_task(self._watch_timeouts())
+        watchdog.add_done_callback(self._poke)
         opening = loop.create_task(stream.open())
         reader: Optional[asyncio.Task] = None
         error: Optional[str] = None
@@ -231,15 +235,15 @@ class BookieClient:
                 return  # the watchdog ended first: it says why below
             opening.result()
             reader = loop.create_task(self._read_responses(stream))
+            reader.add_done_callback(self._poke)
             while True:
                 if not self._queues[False] and not self._queues[True]:
-                    self._wakeup.clear()
-                    if not await self._wait_event(self._wakeup, reader, watchdog):
+                    if not await self._wait(reader, watchdog):
                         break
                     continue
                 if len(self._inflight) >= self.max_inflight_requests:
-                    self._room.clear()
-                    if not await self._wait_event(self._room, reader, watchdog):
+                    self._room_wanted = True
+                    if not await self._wait(reader, watchdog):
                         break
                     continue
                 recovery, batch = self._take_batch()
@@ -269,16 +273,24 @@ class BookieClient:
             if self.state is not ClientState.CLOSED:
                 self.state = ClientState.IDLE
 
-    @staticmethod
-    async def _wait_event(event: asyncio.Event, *tasks: asyncio.Task) -> bool:
-        """Waits for ``event``; False if one of ``tasks`` (the stream's reader or watchdog) ended first."""
-        waiter = asyncio.ensure_future(event.wait())
+    def _poke(self, *_: object) -> None:
+        """Wakes the stream task if it waits: an add was queued, a request was answered while it waited for
+        room, or its reader or watchdog ended (their done callback). A wake finding nothing new waits again."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self, reader: asyncio.Task, watchdog: asyncio.Task) -> bool:
+        """Waits until poked; False once the stream's reader or watchdog ended (then the stream is over)."""
+        if reader.done() or watchdog.done():
+            return False
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
-            done, _ = await asyncio.wait({waiter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+            await self._waiter
         finally:
-            if not waiter.done():
-                waiter.cancel()
-        return waiter in done
+            self._waiter = None
+            self._room_wanted = False
+        return not (reader.done() or watchdog.done())
 
     def _stream_error(self, reader: Optional[asyncio.Task], watchdog: asyncio.Task) -> str:
         for task in (watchdog, reader):
@@ -305,7 +317,8 @@ class BookieClient:
         if not self._inflight:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: answer to a request never sent")
         sent = self._inflight.popleft()
-        self._room.set()
+        if self._room_wanted:
+            self._poke()
         if response.request_id != sent.request_id:
             raise BookieUnavailableError(
                 f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
