@@ -41,9 +41,9 @@ def _run_server(module_name: str, path: str) -> int:
     try:
         module.run(pathlib.Path(path))
     except MagnetarError as err:
-        # As magnetar.cli's _fail: red on a terminal, plain otherwise.
-        text = f"error: {err}"
-        print(f"\x1b[31m{text}\x1b[0m" if sys.stderr.isatty() else text, file=sys.stderr)
+        import typer  # only on this path: the message as magnetar.cli's _fail writes it
+
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         return 2
     return 0
 

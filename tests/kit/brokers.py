@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from magnetar.net import free_port, is_listening
 
 from .server import HOST, ServerProcess
+
+if TYPE_CHECKING:
+    from .zookeeper import ZooKeeperServer
 
 # Tests kill brokers on purpose: a short session lets the survivors take their bundles over quickly.
 _TEST_DEFAULTS: dict[str, Any] = {"zk_session_timeout_ms": 4000, "load_report_interval_ms": 500,
@@ -80,7 +83,8 @@ def start_brokers(
 
 
 @contextlib.contextmanager
-def broker_on_own_zookeeper(tmp_path: pathlib.Path, **broker_overrides: Any) -> Iterator[tuple[Any, "BrokerHandle"]]:
+def broker_on_own_zookeeper(tmp_path: pathlib.Path,
+                            **broker_overrides: Any) -> Iterator[tuple["ZooKeeperServer", BrokerHandle]]:
     """A ZooKeeper of its own (so a test may kill it), one bookie and one broker at E/Qw/Qa 1/1/1 on it; yields
     ``(zookeeper, broker)`` (the ZooKeeper's ``new_chroot`` gave the region) and ends every process afterwards."""
     from .bookies import start_bookies
