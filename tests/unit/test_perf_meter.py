@@ -37,3 +37,23 @@ def test_noted_samples_are_counted_in_the_next_report():
     assert not meter.samples  # drained: the next report starts from nothing
     meter.maybe_report(force=True)
     assert out.get_nowait().messages == 0
+
+
+def test_samples_are_drained_between_reports_so_no_drain_is_large():
+    """Regression: samples were drained only when a report was due, once a second: ~10,000 at 10,000 msg/s in
+    one GIL hold of ~13 ms, which delayed the sends and callbacks of ~1 % of the messages (the p99 measured)."""
+    out: queue.Queue = queue.Queue()
+    meter = _Meter(0, out)
+    note = meter.sampler(100)
+    meter.begin()  # a report is due a second from now
+    for us in range(1, 51):
+        note(us * 1000)
+    meter.maybe_report()  # not forced, no report due yet: the samples move into the histogram all the same
+    assert out.empty()
+    assert not meter.samples
+    assert meter.messages == 50 and meter.hist.get_total_count() == 50
+    for us in range(51, 101):
+        note(us * 1000)
+    meter.maybe_report(force=True)
+    report = out.get_nowait()
+    assert (report.messages, report.bytes, report.errors) == (100, 100 * 100, 0)
