@@ -37,8 +37,17 @@ log = logging.getLogger(__name__)
 
 Status = bookie_pb2.Status
 
-# callback(bookie_id, entry_id, status, message) -- called on the event loop.
-AddCallback = Callable[[str, int, int, str], None]
+# callback(bookie_id, entry_id, status, message) -- called on the event loop. It may return a function, which is
+# called (once, however many entries returned it) after every entry of the same answer was passed on.
+AddCallback = Callable[[str, int, int, str], Optional[Callable[[], None]]]
+
+
+def _run_afters(afters: dict) -> None:
+    for after in afters:
+        try:
+            after()
+        except Exception:  # noqa: BLE001 - an owner's bug must not end the add stream
+            log.exception("an add callback's after-function failed")
 
 _SERVICE = "/magnetar.bookie.v1.BookieService/"
 
@@ -184,7 +193,9 @@ class BookieClient:
     def add(self, framed_entry: bytes, entry_id: int, callback: AddCallback, *, recovery: bool = False) -> None:
         """Queues one framed entry (see ``wire.encode_entry``); ``callback`` reports its outcome later."""
         if self.state is ClientState.CLOSED:
-            callback(self.bookie_id, entry_id, Status.UNAVAILABLE, "bookie client closed")
+            after = callback(self.bookie_id, entry_id, Status.UNAVAILABLE, "bookie client closed")
+            if after is not None:
+                _run_afters({after: None})
             return
         queue = self._queues[recovery]
         if not queue and not self._queues[not recovery]:
@@ -324,12 +335,19 @@ class BookieClient:
                 f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
             )
         status = response.status
+        afters: dict = {}  # insertion-ordered, each once
         if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
             for add, entry_status in zip(sent.adds, response.entry_status):
-                add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
+                after = add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
+                if after is not None:
+                    afters[after] = None
         else:
             for add in sent.adds:
-                add.callback(self.bookie_id, add.entry_id, status, response.message)
+                after = add.callback(self.bookie_id, add.entry_id, status, response.message)
+                if after is not None:
+                    afters[after] = None
+        if afters:
+            _run_afters(afters)
 
     async def _watch_timeouts(self) -> None:
         period = min(0.25, self.add_timeout_s / 4)
@@ -351,8 +369,12 @@ class BookieClient:
         self._queued_since = None
         if failed:
             log.warning("%s: failing %d pending adds", message, len(failed))
+        afters: dict = {}
         for add in failed:
-            add.callback(self.bookie_id, add.entry_id, Status.UNAVAILABLE, message)
+            after = add.callback(self.bookie_id, add.entry_id, Status.UNAVAILABLE, message)
+            if after is not None:
+                afters[after] = None
+        _run_afters(afters)
 
     # -- unary calls --------------------------------------------------------------------------------------
 

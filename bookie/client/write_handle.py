@@ -29,7 +29,7 @@ import asyncio
 import collections
 import enum
 import logging
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from bookie.errors import BookieError, EntryTooLargeError, LedgerFencedError
 from config_store import BadVersionError, LedgerMetadata, LedgerState
@@ -109,6 +109,10 @@ class WriteHandle:
         self.state = HandleState.OPEN
         self._error: Optional[BaseException] = None
         self.ensemble_changes = 0
+        # Called on the event loop right after this handle resolved or failed one or more add futures (once per
+        # run of them), so that the owner can take its completions in the same turn instead of one done
+        # callback (a turn of the loop) later. It must not raise; an error is logged.
+        self.on_settled: Optional[Callable[[], None]] = None  # see _on_result and _fail
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -207,15 +211,18 @@ class WriteHandle:
                 continue
             bookie.add(add.framed, add.entry_id, self._on_result, recovery=self._recovery)
 
-    def _on_result(self, bookie_id: str, entry_id: int, status: int, message: str) -> None:
+    def _on_result(self, bookie_id: str, entry_id: int, status: int, message: str) -> Optional[Callable[[], None]]:
+        """One bookie's answer for one entry. Returns what the bookie client calls once it has passed on every
+        answer of the response (so that the owner hears of a response's entries once, not once each)."""
         add = self._by_id.get(entry_id)
         if add is None or add.done or bookie_id not in add.write_set:
-            return  # already acknowledged, or an answer from a bookie that was replaced meanwhile
+            return None  # already acknowledged, or an answer from a bookie that was replaced meanwhile
         if status == Status.OK:
             add.acked.add(bookie_id)
             if len(add.acked) >= self._qa:
                 add.done = True
-                self._complete_in_order()
+                if self._complete_in_order():
+                    return self._tell_settled
         elif status == Status.FENCED:
             self._fail(
                 LedgerFencedError(
@@ -229,9 +236,12 @@ class WriteHandle:
             # The bookie cannot take it (down, read-only, failing): it must leave the ensemble.
             add.sent_to.discard(bookie_id)
             self._bookie_failed(bookie_id, message or Status.Name(status))
+        return None
 
-    def _complete_in_order(self) -> None:
+    def _complete_in_order(self) -> bool:
+        """Resolves the done adds at the head, in entry order; True if it resolved any."""
         pending = self._pending
+        settled = False
         while pending and pending[0].done:
             add = pending.popleft()
             del self._by_id[add.entry_id]
@@ -240,10 +250,19 @@ class WriteHandle:
             add.framed = b""
             if not add.future.done():
                 add.future.set_result(add.entry_id)
+                settled = True
         if not pending:
             self._drained.set()
         if self._lac > self._lac_told:
             self._schedule_explicit_lac()
+        return settled
+
+    def _tell_settled(self) -> None:
+        if self.on_settled is not None:
+            try:
+                self.on_settled()
+            except Exception:  # noqa: BLE001 - the owner's bug must not break the bookie client's reader
+                log.exception("[ledger %d] on_settled failed", self.ledger_id)
 
     # -- explicit LAC --------------------------------------------------------------------------------------
 
@@ -299,6 +318,7 @@ class WriteHandle:
         self._by_id.clear()
         self._held.clear()
         self._drained.set()
+        self._tell_settled()
 
     # -- ensemble change ----------------------------------------------------------------------------------
 

@@ -120,10 +120,14 @@ class ManagedLedger(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> "asyncio.Future[Position]":  # noqa: F821
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None,
+                         on_done: Optional[Callable[["asyncio.Future[Position]"], None]] = None,  # noqa: F821
+                         ) -> "asyncio.Future[Position]":  # noqa: F821
         """Appends one entry; the future resolves (in append order) once it is durable at Qa bookies.
         ``num_messages``: the entry's message count if the caller parsed its metadata (a hint for the
-        broker entry index; implementations read it from ``data`` without it)."""
+        broker entry index; implementations read it from ``data`` without it). ``on_done(future)``: called
+        once the future is done, no later than its done callbacks (the bookie-backed ledger calls it in the
+        turn of the event loop that resolved it: a publish's receipt need not wait for the next turn)."""
 
     @abc.abstractmethod
     async def add_entry(self, data: bytes) -> Position: ...

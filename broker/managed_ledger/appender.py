@@ -2,7 +2,9 @@
 
 Theory of operation. ``add`` hands the entry to the current ledger's writer at once (many adds in flight)
 and returns a future. Completions are taken strictly in send order from ``_pending``, so positions resolve
-in append order. When the current ledger is full (entries, bytes or age, see ``ledger_full``) a rollover
+in append order. They are taken when the writer says it settled adds (``WriteHandle.on_settled``, once per
+bookie answer, in the turn of the event loop that read it) and each add's ``on_done`` runs as its future
+resolves: a publish's receipt is written without waiting for done callbacks, each a turn later. When the current ledger is full (entries, bytes or age, see ``ledger_full``) a rollover
 task closes it - which waits for its in-flight adds - and asks the owner for a new ledger; adds arriving
 meanwhile wait in ``_queued`` and go to the new ledger in order. So positions are ordered across ledgers too.
 
@@ -42,15 +44,30 @@ class AppendState(enum.Enum):
     CLOSED = "closed"
 
 
-class _Add:
-    __slots__ = ("data", "future", "ledger_id", "wfut", "tag")
+OnDone = Callable[["asyncio.Future[Position]"], None]
 
-    def __init__(self, data: bytes, future: asyncio.Future, tag: object = None) -> None:
+
+class _Add:
+    __slots__ = ("data", "future", "ledger_id", "wfut", "tag", "on_done")
+
+    def __init__(self, data: bytes, future: asyncio.Future, tag: object = None,
+                 on_done: Optional[OnDone] = None) -> None:
         self.data = data
         self.future = future
         self.tag = tag
+        self.on_done = on_done
         self.ledger_id = -1
         self.wfut: Optional[asyncio.Future] = None
+
+
+def _tell(op: _Add) -> None:
+    """Runs the add's ``on_done`` now, in the turn its future was resolved (a done callback would run a turn
+    later); its bug is logged, never raised into the write path."""
+    if op.on_done is not None:
+        try:
+            op.on_done(op.future)
+        except Exception:  # noqa: BLE001
+            log.exception("on_done of an append failed")
 
 
 def _fail(ops: list[_Add], error: BaseException) -> None:
@@ -58,6 +75,7 @@ def _fail(ops: list[_Add], error: BaseException) -> None:
         if not op.future.done():
             op.future.set_exception(error)
             op.future.exception()  # the caller may have dropped the future: no "never retrieved" noise
+            _tell(op)
 
 
 class AppendPipeline:
@@ -107,18 +125,21 @@ class AppendPipeline:
 
     def _use(self, writer: WriteHandle) -> None:
         self.writer = writer
+        writer.on_settled = self._process_completions  # completions taken in the turn the bookies answered
         self._created_s = time.monotonic()
         self.ledger_created_ms = int(time.time() * 1000)
         self._sent_entries = self._sent_bytes = 0
 
     # -- adding ------------------------------------------------------------------------------------------
 
-    def add(self, data: bytes, tag: object = None) -> "asyncio.Future[Position]":
+    def add(self, data: bytes, tag: object = None, on_done: Optional[OnDone] = None) -> "asyncio.Future[Position]":
+        """Appends ``data``; the future resolves to its position (or fails). ``on_done(future)``, when given,
+        runs as soon as the future is done, in the same turn of the event loop."""
         if self.state is AppendState.FENCED:
             raise ManagedLedgerFencedError(f"[{self._name}] managed ledger is fenced: {self.error}")
         if self.state is AppendState.CLOSED:
             raise ManagedLedgerClosedError(f"[{self._name}] managed ledger is closed: no appends")
-        op = _Add(data, asyncio.get_running_loop().create_future(), tag)
+        op = _Add(data, asyncio.get_running_loop().create_future(), tag, on_done)
         if self.state is AppendState.WRITING:
             self._send(op)
         else:
@@ -136,7 +157,8 @@ class AppendPipeline:
         except BookieError as e:  # the writer failed before we heard of it
             self._write_failed(e)
             return
-        op.wfut.add_done_callback(self._on_add_done)
+        if op.wfut.done():  # settled before it was ours to take (never seen): take it a turn later
+            asyncio.get_running_loop().call_soon(self._process_completions)
         self._sent_entries += 1
         self._sent_bytes += len(op.data)
         if self.ledger_full():
@@ -157,9 +179,6 @@ class AppendPipeline:
         if self.state is AppendState.WRITING and self.ledger_full():
             self._start_rollover()
 
-    def _on_add_done(self, _wfut: asyncio.Future) -> None:
-        self._process_completions()
-
     def _process_completions(self) -> None:
         confirmed: list[tuple[Position, bytes]] = []
         pending = self._pending
@@ -175,6 +194,7 @@ class AppendPipeline:
             confirmed.append((position, op.data))
             if not op.future.done():
                 op.future.set_result(position)
+                _tell(op)
         if confirmed:
             self._on_confirmed(confirmed)
 

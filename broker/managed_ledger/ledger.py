@@ -241,7 +241,9 @@ class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
 
     # ------------------------------------------------------------------------------------------ appending
 
-    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> "asyncio.Future[Position]":
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None,
+                         on_done: Optional[Callable[["asyncio.Future[Position]"], None]] = None,
+                         ) -> "asyncio.Future[Position]":
         """Appends one entry; the future resolves to its position once it is durable at Qa bookies, futures
         in append order. Raises at once (no future) if the managed ledger is closed, fenced or the entry too
         large; a later failure fails the future with ManagedLedgerFencedError / ManagedLedgerWriteError.
@@ -259,7 +261,7 @@ class ManagedLedgerImpl(LedgerOpening, BrokerEntryIndexes, ManagedLedger):
         try:
             if len(data) > limit:
                 raise EntryTooLargeError(f"[{self.name}] entry of {len(data)} bytes exceeds the limit of {limit}")
-            return self._appender.add(data, base_index)
+            return self._appender.add(data, base_index, on_done)
         except BaseException:
             if base_index is not None:
                 self._bem.rollback(base_index)

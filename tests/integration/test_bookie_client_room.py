@@ -52,3 +52,34 @@ async def test_a_bookie_dying_while_the_stream_waits_for_room_fails_the_pending_
         assert {e: st for e, st in outcomes.items() if e} == {e: S.UNAVAILABLE for e in range(1, 20)}
     finally:
         await client.close()
+
+
+async def test_an_answers_after_function_runs_once_after_all_its_entries(bookie_factory):
+    """A callback may return a function to run once the whole answer was passed on (a write handle tells its
+    owner once per answer, not once per entry): one call however many entries returned it, after all of them;
+    the same when the stream fails them."""
+    (bookie,) = bookie_factory(1, zookeeper="")
+    client = BookieClient(bookie.bookie_id, bookie.address, add_address=bookie.add_address)
+    outcomes: list[int] = []
+    seen_by_after: list[int] = []
+
+    def after() -> None:
+        seen_by_after.append(len(outcomes))
+
+    def callback(_b, eid, st, _m):
+        outcomes.append(eid)
+        return after
+
+    try:
+        for e in range(10):  # queued in one turn: the stream task sends them as one AddRequest
+            client.add(encode_entry(7, e, e - 1, b"e%d" % e), e, callback)
+        await wait_for_async(lambda: seen_by_after, 30, what="the answer passed on")
+        assert outcomes == list(range(10)) and seen_by_after == [10]
+        os.kill(bookie.process.pid, signal.SIGSTOP)
+        for e in range(10, 15):
+            client.add(encode_entry(7, e, 9, b"late"), e, callback)
+        bookie.process.kill()  # the connection ends: the stream fails the five together
+        await wait_for_async(lambda: len(seen_by_after) == 2, 30, what="the failed adds passed on")
+        assert outcomes == list(range(15)) and seen_by_after == [10, 15]
+    finally:
+        await client.close()

@@ -445,3 +445,33 @@ async def test_time_based_rollover_and_error_paths(bookies, zk_connect) -> None:
         ml2 = await b.factory.open(TOPIC)
         assert ml2 is not ml and ml2.number_of_entries == 2
         assert [e.data for e in await read_all(ml2.cursors["sub"])] == [b"one", b"two"]
+
+
+async def test_on_done_runs_in_the_turn_the_bookies_answer_settles_the_entry(bookies, zk_connect) -> None:
+    """A publish's receipt need not wait a turn of the event loop: ``on_done`` runs inside the write handle's
+    settlement of the bookies' answer (not as a done callback a turn later), once per entry, failures too."""
+    async with Broker(zk_connect, cfg()) as b:
+        ml = await b.factory.open(TOPIC)
+        writer = ml._appender.writer
+        settling = {"now": False}
+        settle = writer.on_settled
+
+        def watched_settle() -> None:
+            settling["now"] = True
+            try:
+                settle()
+            finally:
+                settling["now"] = False
+
+        writer.on_settled = watched_settle
+        seen: list[tuple[bool, Position]] = []
+        futures = [ml.add_entry_nowait(payload(i), on_done=lambda f: seen.append((settling["now"], f.result())))
+                   for i in range(20)]
+        positions = await asyncio.gather(*futures)
+        assert seen == [(True, p) for p in positions]
+        assert positions == sorted(positions)
+
+        failed: list[BaseException] = []
+        fut = ml.add_entry_nowait(payload(99), on_done=lambda f: failed.append(f.exception()))
+        ml._appender.fence(ManagedLedgerFencedError("fenced by the test"))  # before any bookie answers
+        assert len(failed) == 1 and isinstance(failed[0], ManagedLedgerFencedError) and fut.done()

@@ -247,7 +247,17 @@ class MemoryManagedLedger(ManagedLedger):
                    - bisect.bisect_right(self._positions, start_exclusive))
 
     # -- writes ---------------------------------------------------------------------------------------
-    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None) -> asyncio.Future:
+    def add_entry_nowait(self, data: bytes, *, num_messages: Optional[int] = None,
+                         on_done: Optional[Callable[[asyncio.Future], None]] = None) -> asyncio.Future:
+        fut = self._add(data, num_messages)
+        if on_done is not None:
+            if fut.done():
+                on_done(fut)  # failed (or stored) at once: told at once, as the bookie-backed ledger tells
+            else:
+                fut.add_done_callback(on_done)  # as the contract allows: no later than the done callbacks
+        return fut
+
+    def _add(self, data: bytes, num_messages: Optional[int]) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         if self._closed:
             fut.set_exception(MemoryLedgerClosedError(f"[{self.name}] closed"))

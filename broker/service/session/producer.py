@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from broker.managed_ledger.api import Position
 from magnetar.protocol import encode_command, pb, wrap
@@ -89,13 +90,20 @@ class Producer:
         """Registers a SEND whose receipt depends on ``future`` (storage, or an earlier identical SEND);
         ``started`` (``time.perf_counter()``) is when the SEND arrived, for the broker's publish latency
         (default: now)."""
+        complete = self.expect(sequence_id, highest_sequence_id, started=started)
+        if future.done():
+            complete(future)
+        else:
+            future.add_done_callback(complete)
+
+    def expect(self, sequence_id: int, highest_sequence_id: Optional[int], *,
+               started: Optional[float] = None) -> Callable[[asyncio.Future], None]:
+        """Registers a SEND as :meth:`track` does and returns what to call with its future once done (the
+        managed ledger's ``on_done``: the receipt then leaves in the turn the bookies' answer was read)."""
         slot = _Slot(sequence_id, highest_sequence_id, started)
         self._pending.append(slot)
         self.connection.publish_started()
-        if future.done():
-            self._complete(slot, future)
-        else:
-            future.add_done_callback(lambda f, s=slot: self._complete(s, f))
+        return functools.partial(self._complete, slot)
 
     def _complete(self, slot: _Slot, future: asyncio.Future) -> None:
         slot.done = True

@@ -265,17 +265,18 @@ class Topic(TopicSubscriptions, TopicCommon):
                 producer.track(seq, highest, fut, started=received_s)
                 return
         size = len(entry)
+        stored = producer.expect(seq, highest, started=received_s)  # the receipt, in the turn it is stored
         try:
             handed = time.perf_counter()
-            fut = self.ml.add_entry_nowait(entry, num_messages=entry_messages)
+            fut = self.ml.add_entry_nowait(entry, num_messages=entry_messages, on_done=stored)
         except Exception as exc:
             fut = asyncio.get_running_loop().create_future()
             fut.set_exception(exc)
+            stored(fut)
         else:
             fut.add_done_callback(functools.partial(self.storage_stats.on_add_done, handed, size))
         if deduplicate:
             dedup.pushed(producer.name, seq, top, fut)
-        producer.track(seq, highest, fut, started=received_s)
         if marker and producer.is_replicator:
             fut.add_done_callback(lambda f: self._replicated_marker_stored(f, entry))
         messages = num_messages
