@@ -53,6 +53,8 @@ class FakeConnection(ConsumerEndpoints):
     def writelines(self, chunks) -> None:
         self.write(b"".join(bytes(c) for c in chunks))
 
+    write_now = writelines
+
     def send_command(self, inner) -> None:
         from magnetar.protocol import encode_command, wrap
         self.write(encode_command(wrap(inner)))

@@ -136,7 +136,7 @@ class Producer:
             out.append(wire.send_receipt_frame(self.producer_id, slot.sequence_id, pos.ledger_id, pos.entry_id,
                                                highest_sequence_id=slot.highest_sequence_id))
         if out and not self.closed:
-            conn.writelines(out)
+            conn.write_now(out)
         if failed is not None:
             log.warning("[%s][%s] publish failed: %s", self.topic.name, self.name, failed)
             self.topic.on_publish_failure(failed)
