@@ -4,9 +4,10 @@ Theory of operation. ``add`` hands the entry to the current ledger's writer at o
 and returns a future. Completions are taken strictly in send order from ``_pending``, so positions resolve
 in append order. They are taken when the writer says it settled adds (``WriteHandle.on_settled``, once per
 bookie answer, in the turn of the event loop that read it) and each add's ``on_done`` runs as its future
-resolves: a publish's receipt is written without waiting for done callbacks, each a turn later. When the current ledger is full (entries, bytes or age, see ``ledger_full``) a rollover
-task closes it - which waits for its in-flight adds - and asks the owner for a new ledger; adds arriving
-meanwhile wait in ``_queued`` and go to the new ledger in order. So positions are ordered across ledgers too.
+resolves: a publish's receipt is written without waiting for done callbacks, each a turn later. When the
+current ledger is full (entries, bytes or age, see ``ledger_full``) a rollover task closes it - which waits
+for its in-flight adds - and asks the owner for a new ledger; adds arriving meanwhile wait in ``_queued`` and
+go to the new ledger in order. So positions are ordered across ledgers too.
 
 Any write failure (the ledger fenced by another broker's recovery, bookies gone) fails every pending and
 queued add with a clear error and moves to FENCED, where adds fail at once: entries after the failure point
