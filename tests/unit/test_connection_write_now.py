@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from broker.service.config import ServiceConfig
 from broker.service.session.connection import Connection
+from tests.kit.wait import wait_for_async
 
 
 async def _connection() -> tuple[Connection, socket.socket]:
@@ -41,8 +42,14 @@ async def test_write_now_joins_a_pending_flush_behind_what_waits():
         conn.write(b"message-frame")  # waits for the turn's flush
         conn.write_now([b"receipt"])
         assert _received(peer) == b""
-        await asyncio.sleep(0)  # one turn: the flush
-        assert _received(peer) == b"message-framereceipt"
+        got = bytearray()
+
+        def arrived() -> bool:
+            got.extend(_received(peer))
+            return len(got) >= len(b"message-framereceipt")
+
+        await wait_for_async(arrived, 5, what="the flush")
+        assert bytes(got) == b"message-framereceipt"
     finally:
         conn._transport.abort()
         peer.close()
