@@ -22,7 +22,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from broker.managed_ledger.api import Position
 from broker.service.errors import (BrokerServiceError, MessageTooLargeError, PersistenceError,
@@ -44,7 +44,8 @@ log = logging.getLogger("broker.kafka.handlers.produce")
 
 
 class _Publisher:
-    """What ``Topic.publish`` needs of a producer: a name, meters, and ``track`` (given the storage future)."""
+    """What ``Topic.publish`` needs of a producer: a name, meters, and ``track`` (given the storage future) or
+    ``expect`` (told the stored outcome): either way ``future`` is the entry's position (or its error)."""
 
     is_replicator = False
     origin_cluster = ""
@@ -58,6 +59,23 @@ class _Publisher:
     def track(self, sequence_id: int, highest_sequence_id: Optional[int], future: asyncio.Future, *,
               started: Optional[float] = None) -> None:
         self.future = future
+
+    def expect(self, sequence_id: int, highest_sequence_id: Optional[int], *,
+               started: Optional[float] = None) -> Callable[[asyncio.Future], None]:
+        self.future = asyncio.get_running_loop().create_future()
+        return self._stored
+
+    def _stored(self, stored: asyncio.Future) -> None:
+        future = self.future
+        if future.done():
+            return
+        if stored.cancelled():
+            future.cancel()
+        elif stored.exception() is not None:
+            future.set_exception(stored.exception())
+            future.exception()  # retrieved here: a produce that timed out no longer awaits it
+        else:
+            future.set_result(stored.result())
 
 
 class _ConnectionProducer:

@@ -10,7 +10,7 @@ drive topics with fakes of both.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from broker.managed_ledger.api import Entry, Position
 
@@ -76,6 +76,11 @@ class TopicProducer(Protocol):
               future: "asyncio.Future[Position]", *, started: Optional[float] = None) -> None:
         """Registers a SEND whose receipt (or error) follows ``future``; receipts leave in SEND order.
         ``started`` (``time.perf_counter()``): when the SEND arrived (default: now)."""
+
+    def expect(self, sequence_id: int, highest_sequence_id: Optional[int], *,
+               started: Optional[float] = None) -> Callable[["asyncio.Future[Position]"], None]:
+        """Registers a SEND as :meth:`track` does, before its entry is handed to storage; returns what storage
+        calls with the entry's future once it is done (the managed ledger's ``on_done``)."""
 
     def notify_closed(self) -> None:
         """The broker closed the producer (CLOSE_PRODUCER): the client reconnects after a fresh lookup."""
