@@ -82,6 +82,7 @@ def test_publish_latency_counts_each_receipt_within_the_clients_round_trip(broke
     topic = unique_topic("publish-latency")
     producer = client.create_producer(topic, batching_enabled=False)
     before = series(broker, "pulsar_broker_publish_latency_count", cluster="test")
+    sum_before = series(broker, "pulsar_broker_publish_latency_sum", cluster="test")
     stored_before = series(broker, "magnetar_broker_storage_write_latency_seconds_count")
     stored_sum_before = series(broker, "magnetar_broker_storage_write_latency_seconds_sum")
     slowest_ms = 0.0
@@ -101,8 +102,12 @@ def test_publish_latency_counts_each_receipt_within_the_clients_round_trip(broke
     q = {label: series(broker, "pulsar_broker_publish_latency", cluster="test", quantile=label)
          for label in ("0.0", "0.5", "0.99", "1.0")}
     assert 0 < q["0.0"] <= q["0.5"] <= q["0.99"] <= q["1.0"] <= slowest_ms, (q, slowest_ms)
-    total_ms = series(broker, "pulsar_broker_publish_latency_sum", cluster="test")
-    assert 40 * q["0.0"] <= total_ms <= 40 * q["1.0"] + 1e-6
+    # _sum is cumulative while the quantiles describe the last stats period, which holds only part of the 40
+    # sends when the broker's periodic stats update ran between them (seen on a loaded machine: a sum of
+    # 1,042 ms against 40 x the last period's 15.7 ms maximum): the sum is bounded by the client's slowest
+    # round trip, which bounds every one of the 40, in whichever period it fell.
+    total_ms = series(broker, "pulsar_broker_publish_latency_sum", cluster="test") - sum_before
+    assert 0 < total_ms <= 40 * slowest_ms, (total_ms, slowest_ms)
 
 
 def test_unacked_messages_are_those_received_and_not_acknowledged(broker, client):
