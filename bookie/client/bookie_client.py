@@ -42,12 +42,20 @@ Status = bookie_pb2.Status
 AddCallback = Callable[[str, int, int, str], Optional[Callable[[], None]]]
 
 
-def _run_afters(afters: dict) -> None:
+def _report(bookie_id: str, outcomes) -> None:
+    """Passes on each (callback, entry_id, status, message) outcome, then runs the after-functions they
+    returned, each once and in the order first returned."""
+    afters: dict = {}  # insertion-ordered, each once
+    for callback, entry_id, status, message in outcomes:
+        after = callback(bookie_id, entry_id, status, message)
+        if after is not None:
+            afters[after] = None
     for after in afters:
         try:
             after()
         except Exception:  # noqa: BLE001 - an owner's bug must not end the add stream
             log.exception("an add callback's after-function failed")
+
 
 _SERVICE = "/magnetar.bookie.v1.BookieService/"
 
@@ -193,9 +201,7 @@ class BookieClient:
     def add(self, framed_entry: bytes, entry_id: int, callback: AddCallback, *, recovery: bool = False) -> None:
         """Queues one framed entry (see ``wire.encode_entry``); ``callback`` reports its outcome later."""
         if self.state is ClientState.CLOSED:
-            after = callback(self.bookie_id, entry_id, Status.UNAVAILABLE, "bookie client closed")
-            if after is not None:
-                _run_afters({after: None})
+            _report(self.bookie_id, [(callback, entry_id, Status.UNAVAILABLE, "bookie client closed")])
             return
         queue = self._queues[recovery]
         if not queue and not self._queues[not recovery]:
@@ -334,20 +340,12 @@ class BookieClient:
             raise BookieUnavailableError(
                 f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
             )
-        status = response.status
-        afters: dict = {}  # insertion-ordered, each once
+        status, message = response.status, response.message
         if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
-            for add, entry_status in zip(sent.adds, response.entry_status):
-                after = add.callback(self.bookie_id, add.entry_id, entry_status, response.message)
-                if after is not None:
-                    afters[after] = None
+            statuses = response.entry_status
         else:
-            for add in sent.adds:
-                after = add.callback(self.bookie_id, add.entry_id, status, response.message)
-                if after is not None:
-                    afters[after] = None
-        if afters:
-            _run_afters(afters)
+            statuses = [status] * len(sent.adds)
+        _report(self.bookie_id, ((a.callback, a.entry_id, s, message) for a, s in zip(sent.adds, statuses)))
 
     async def _watch_timeouts(self) -> None:
         period = min(0.25, self.add_timeout_s / 4)
@@ -369,12 +367,7 @@ class BookieClient:
         self._queued_since = None
         if failed:
             log.warning("%s: failing %d pending adds", message, len(failed))
-        afters: dict = {}
-        for add in failed:
-            after = add.callback(self.bookie_id, add.entry_id, Status.UNAVAILABLE, message)
-            if after is not None:
-                afters[after] = None
-        _run_afters(afters)
+        _report(self.bookie_id, [(a.callback, a.entry_id, Status.UNAVAILABLE, message) for a in failed])
 
     # -- unary calls --------------------------------------------------------------------------------------
 
