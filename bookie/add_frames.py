@@ -59,3 +59,37 @@ def check_preamble(data: bytes) -> None:
     if data != PREAMBLE:
         raise FrameError(f"not an add connection: the first {len(data)} bytes are {data[:16]!r}, "
                          f"expected {PREAMBLE!r}")
+
+
+class FrameBuffer:
+    """Splits the bytes of a connection, as they arrive in pieces of any size, into frame bodies.
+
+    ``feed`` returns the bodies the new bytes complete, in order; the bytes of a frame not yet complete stay
+    here (``partial`` says how many). A header announcing more than :data:`FRAME_MAX_BYTES` raises
+    FrameError, and the connection is broken from then on: feed nothing more.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    @property
+    def partial(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        bodies: list[bytes] = []
+        pos, end = 0, len(buf)
+        while end - pos >= HEADER_BYTES:
+            length = body_length(bytes(buf[pos:pos + HEADER_BYTES]))
+            stop = pos + HEADER_BYTES + length
+            if stop > end:
+                break
+            bodies.append(bytes(buf[pos + HEADER_BYTES:stop]))
+            pos = stop
+        if pos:
+            del buf[:pos]
+        return bodies

@@ -43,6 +43,10 @@ class AddTicket:
         self.entries = entries
         self.nbytes = nbytes
 
+    def settled(self) -> bool:
+        """True when the outcome is known: awaiting ``waiter`` would not wait."""
+        return self.answer is not None or self.waiter is None or self.waiter.done()
+
 
 class Refused(BookieError):
     """The whole request is refused with ``answer`` (its status is ``status``); nothing of it may be stored."""

@@ -127,6 +127,10 @@ class LedgerStorage(abc.ABC):
     # -- entries -------------------------------------------------------------------------------------------
 
     @abc.abstractmethod
+    def has_room(self) -> bool:
+        """Whether an add may be accepted now (:meth:`wait_for_room` would not wait)."""
+
+    @abc.abstractmethod
     async def wait_for_room(self) -> None:
         """Backpressure: returns once an add may be accepted without overrunning the storage's memory."""
 

@@ -36,14 +36,11 @@ from .ledger_storage import LedgerStorage, StorageClosedError
 log = logging.getLogger("bookie.service")
 
 SERVICE_NAME = "magnetar.bookie.v1.BookieService"
-_PIPELINE_MAX_REQUESTS = 4096
-_ANSWERS_PER_MESSAGE_MAX = 256
+PIPELINE_MAX_REQUESTS = 4096  # accepted, not yet answered, per add stream: past this it is not read
+ANSWERS_PER_MESSAGE_MAX = 256  # answers in one AddResponse's ``more``
 _NOTHING = object()
 
 
-def _settled(ticket: AddTicket) -> bool:
-    """True when awaiting the ticket's answer would not wait."""
-    return ticket.answer is not None or ticket.waiter is None or ticket.waiter.done()
 # Explicit ids of one ReadRequest at most (checking and answering them is work on the event loop).
 READ_IDS_MAX = 1_000_000
 
@@ -129,7 +126,7 @@ class BookieService:
         A request iterator that raises (the peer went away, a framing error) ends the responses with that
         exception once everything accepted before it is answered. :meth:`drain` ends every pipeline.
         """
-        pipeline: asyncio.Queue = asyncio.Queue(_PIPELINE_MAX_REQUESTS)
+        pipeline: asyncio.Queue = asyncio.Queue(PIPELINE_MAX_REQUESTS)
         reader = asyncio.create_task(self._read_adds(request_iterator, pipeline), name="bookie-add-reader")
         stream = (reader, pipeline)
         self._add_streams.add(stream)
@@ -145,12 +142,12 @@ class BookieService:
                 response = await self._answer(item)
                 # Answers that are ready too (a journal group completes many requests at once) ride along.
                 more = []
-                while len(more) < _ANSWERS_PER_MESSAGE_MAX and not pipeline.empty():
+                while len(more) < ANSWERS_PER_MESSAGE_MAX and not pipeline.empty():
                     nxt = pipeline.get_nowait()
-                    if nxt is None or isinstance(nxt, BaseException) or not _settled(nxt[2]):
+                    if nxt is None or isinstance(nxt, BaseException) or not nxt[2].settled():
                         held = nxt
                         break
-                    more.append(await self._answer(nxt))
+                    more.append(self.add_response(nxt))
                 if more:
                     response.more.extend(more)
                 yield response
@@ -161,9 +158,20 @@ class BookieService:
 
     async def _answer(self, item: tuple) -> bookie_pb2.AddResponse:
         """The AddResponse of one accepted request (waits for its entries to be durable or refused)."""
+        ticket = item[2]
+        if not ticket.settled():
+            try:
+                await ticket.waiter
+            except Exception:  # noqa: BLE001 - add_response maps the failure to its answer
+                pass
+        return self.add_response(item)
+
+    def add_response(self, item: tuple) -> bookie_pb2.AddResponse:
+        """The AddResponse of one accepted request whose ticket is settled (``AddTicket.settled``): counted in the
+        metrics once, so call it once per request."""
         request_id, received, ticket = item
         metrics = self.metrics
-        status, message, entry_status = await self._settle(ticket)
+        status, message, entry_status = self._outcome(ticket)
         if status == 0:
             metrics.add_entries.inc(ticket.entries)
             metrics.add_bytes.inc(ticket.nbytes)
@@ -201,21 +209,7 @@ class BookieService:
             async for raw in request_iterator:
                 received = time.perf_counter()
                 await storage.wait_for_room()
-                try:
-                    request = bookie_pb2.AddRequest.FromString(raw)
-                except (DecodeError, ValueError, TypeError) as err:
-                    ticket = AddTicket((INVALID, f"malformed AddRequest ({len(raw)} bytes): {err}", None))
-                    await pipeline.put((0, received, ticket))
-                    continue
-                if self.closing:
-                    ticket = AddTicket((UNAVAILABLE, f"bookie {self.bookie_id} is shutting down", None))
-                else:
-                    try:
-                        ticket = storage.add(request, raw)
-                    except Exception as err:
-                        log.exception("add request %d failed unexpectedly", request.request_id)
-                        ticket = AddTicket((INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}", None))
-                await pipeline.put((request.request_id, received, ticket))
+                await pipeline.put(self.accept_add(raw, received))
         except asyncio.CancelledError:
             raise
         except Exception as err:  # the stream itself failed (client went away): end the response side
@@ -223,18 +217,39 @@ class BookieService:
             return
         await pipeline.put(None)
 
-    async def _settle(self, ticket: AddTicket):
+    def accept_add(self, raw: bytes, received: float) -> tuple[int, float, AddTicket]:
+        """Accepts one serialized AddRequest without waiting (call it once the storage has room):
+        ``(request_id, received, ticket)``, the item :meth:`add_response` answers once the ticket is settled.
+        A malformed request, a shutting-down bookie or an unexpected failure is a ticket with its answer."""
+        try:
+            request = bookie_pb2.AddRequest.FromString(raw)
+        except (DecodeError, ValueError, TypeError) as err:
+            return (0, received, AddTicket((INVALID, f"malformed AddRequest ({len(raw)} bytes): {err}", None)))
+        if self.closing:
+            return (request.request_id, received,
+                    AddTicket((UNAVAILABLE, f"bookie {self.bookie_id} is shutting down", None)))
+        try:
+            ticket = self.storage.add(request, raw)
+        except Exception as err:
+            log.exception("add request %d failed unexpectedly", request.request_id)
+            ticket = AddTicket((INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}", None))
+        return (request.request_id, received, ticket)
+
+    def _outcome(self, ticket: AddTicket):
+        """The answer of a settled ticket: its own, or what its waiter's result or failure means."""
         if ticket.answer is not None:
             return ticket.answer
-        try:
-            result = await ticket.waiter
-        except StorageClosedError:
-            return (UNAVAILABLE, f"bookie {self.bookie_id} is shutting down", None)
-        except OSError as err:
-            return (INTERNAL, f"bookie {self.bookie_id}: journal failure: {err}", None)
-        except Exception as err:
-            log.exception("add failed unexpectedly")
-            return (INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}", None)
+        result = None
+        if ticket.waiter is not None:
+            try:
+                result = ticket.waiter.result()
+            except (StorageClosedError, asyncio.CancelledError):
+                return (UNAVAILABLE, f"bookie {self.bookie_id} is shutting down", None)
+            except OSError as err:
+                return (INTERNAL, f"bookie {self.bookie_id}: journal failure: {err}", None)
+            except Exception as err:
+                log.exception("add failed unexpectedly")
+                return (INTERNAL, f"bookie {self.bookie_id}: internal error: {err!r}", None)
         if result is None:
             return ticket.then or OK_ANSWER
         return result

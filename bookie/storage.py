@@ -224,6 +224,10 @@ class Storage(StorageFlush, LedgerStorage):
 
     # -- adds ----------------------------------------------------------------------------------------------
 
+    def has_room(self) -> bool:
+        cache = self._cache
+        return not (cache.active_bytes and cache.total_bytes >= self._cache_max)
+
     async def wait_for_room(self) -> None:
         """Backpressure: waits while the write cache (active + flushing) is full."""
         cache = self._cache

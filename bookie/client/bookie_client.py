@@ -323,23 +323,25 @@ class BookieClient:
         return f"bookie {self.bookie_id}: add stream ended"
 
     async def _read_responses(self, stream) -> None:
-        while True:
-            response = await stream.read()
-            self._settle(response)
-            for later in response.more:  # answers to the following requests, ready at the same time
-                self._settle(later)
+        await stream.deliver(self._settle_message)
+
+    def _settle_message(self, response) -> None:
+        self._settle(response)
+        for later in response.more:  # answers to the following requests, ready at the same time
+            self._settle(later)
 
     def _settle(self, response) -> None:
         """Completes the oldest request in flight with ``response`` (answers come in request order)."""
         if not self._inflight:
             raise BookieUnavailableError(f"bookie {self.bookie_id}: answer to a request never sent")
-        sent = self._inflight.popleft()
-        if self._room_wanted:
-            self._poke()
-        if response.request_id != sent.request_id:
+        sent = self._inflight[0]
+        if response.request_id != sent.request_id:  # (left in flight: the stream's end fails it with the rest)
             raise BookieUnavailableError(
                 f"bookie {self.bookie_id}: answered request {response.request_id}, expected {sent.request_id}"
             )
+        self._inflight.popleft()
+        if self._room_wanted:
+            self._poke()
         status, message = response.status, response.message
         if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
             statuses = response.entry_status

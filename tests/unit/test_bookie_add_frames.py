@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from bookie.add_frames import (FRAME_MAX_BYTES, HEADER_BYTES, PREAMBLE, FrameError, body_length, check_preamble,
-                               encode_frame, frame_header)
+from bookie.add_frames import (FRAME_MAX_BYTES, HEADER_BYTES, PREAMBLE, FrameBuffer, FrameError, body_length,
+                               check_preamble, encode_frame, frame_header)
 from bookie.client import LedgerClientConfig
 from bookie.client import wire
 from bookie.config import BookieConfig
@@ -102,3 +102,26 @@ def test_broker_setting_reaches_the_ledger_client_config(tmp_path) -> None:
         assert derive(LedgerClientConfig, broker, prefix="managed_ledger_").add_transport == transport
     with pytest.raises(ConfigError, match="managed_ledger_add_transport"):
         BrokerConfig(data_dir=tmp_path, zookeeper="z:1", managed_ledger_add_transport="quic")
+
+
+@given(st.lists(st.binary(max_size=700), max_size=12), st.lists(st.integers(1, 900), min_size=1, max_size=40))
+def test_frame_buffer_gives_every_body_whole_however_the_bytes_are_cut(bodies, cuts) -> None:
+    stream = b"".join(encode_frame(b) for b in bodies)
+    buffer = FrameBuffer()
+    out: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)]
+        out += buffer.feed(stream[pos:pos + step])
+        pos += step
+        i += 1
+    assert out == bodies and buffer.partial == 0
+    buffer.feed(frame_header(5) + b"abc")
+    assert buffer.partial == HEADER_BYTES + 3
+
+
+def test_frame_buffer_refuses_a_length_over_the_limit() -> None:
+    buffer = FrameBuffer()
+    assert buffer.feed(encode_frame(b"ok")) == [b"ok"]
+    with pytest.raises(FrameError, match="at most"):
+        buffer.feed((FRAME_MAX_BYTES + 1).to_bytes(4, "big"))
