@@ -48,7 +48,7 @@ class _AddConnection(asyncio.Protocol):
         self._frames = FrameBuffer()
         self._incoming: collections.deque = collections.deque()  # (raw, received) read, not yet accepted
         self._pending: collections.deque = collections.deque()  # accepted, answered in this order
-        self._watched = None  # the waiter a done callback is on (the head of _pending's)
+        self._watched = None  # the head request's waiter, once a done callback is on it
         self._reading = True
         self._write_blocked = False
         self._finishing = False  # no more reading: close once every accepted request is answered
@@ -149,7 +149,8 @@ class _AddConnection(asyncio.Protocol):
 
     def _on_settled(self, waiter) -> None:
         if waiter is not self._watched:
-            return
+            return  # answered meanwhile, in a call that saw it done before this callback ran
+        self._watched = None
         try:
             self._answer()
         except Exception:  # noqa: BLE001 - one connection's failure never ends the listener
@@ -158,7 +159,6 @@ class _AddConnection(asyncio.Protocol):
 
     def _answer(self) -> None:
         """Writes the answers of the settled requests at the head of the line, in one transport write."""
-        self._watched = None
         pending = self._pending
         if self.transport is None or self.transport.is_closing():
             return
@@ -175,8 +175,9 @@ class _AddConnection(asyncio.Protocol):
             self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
         if pending:
             waiter = pending[0][2].waiter
-            self._watched = waiter
-            waiter.add_done_callback(self._on_settled)
+            if waiter is not self._watched:  # one done callback per head, however often this runs
+                self._watched = waiter
+                waiter.add_done_callback(self._on_settled)
         elif self._finishing:
             self.transport.close()
             return
