@@ -16,11 +16,14 @@ import time
 #
 # Processes that pick ports side by side (the test suite's parallel workers) cannot see each other's picks: two
 # could pick the same free port and the second server to bind it fails (seen in CI). Each is given a range of
-# its own with MAGNETAR_PORT_RANGE="LOW-HIGH" (inherited by the processes it starts); see port_range().
+# its own with MAGNETAR_PORT_RANGE="LOW-HIGH" (inherited by the processes it starts); see port_range(). A process
+# that also starts processes picking ports of their own (a test worker starting `magnetar up`) keeps half of its
+# range for itself and hands the other half down: keep_half_for_children().
 _LOWEST_PORT = 10_000
 PORT_RANGE_ENV = "MAGNETAR_PORT_RANGE"
 _given: set[int] = set()
 _given_lock = threading.Lock()
+_own_range: tuple[int, int] | None = None  # set by keep_half_for_children(): this process's half
 
 
 def _ephemeral_low() -> int:
@@ -33,7 +36,10 @@ def _ephemeral_low() -> int:
 
 def port_range() -> tuple[int, int]:
     """Where :func:`free_port` picks from: ``[low, high)``; MAGNETAR_PORT_RANGE="LOW-HIGH" (both inclusive)
-    when set, else from 10,000 up to the ephemeral range. A malformed value is an error, not ignored."""
+    when set, else from 10,000 up to the ephemeral range. A malformed value is an error, not ignored. After
+    :func:`keep_half_for_children`, this process's half."""
+    if _own_range is not None:
+        return _own_range
     value = os.environ.get(PORT_RANGE_ENV, "").strip()
     if not value:
         return _LOWEST_PORT, _ephemeral_low()
@@ -50,6 +56,17 @@ def split_port_range(index: int, count: int) -> str:
     low, high = port_range()
     size = (high - low) // count
     return f"{low + index * size}-{low + (index + 1) * size - 1}"
+
+
+def keep_half_for_children() -> None:
+    """From now on this process picks ports from the lower half of its range, and the processes it starts
+    inherit the upper half (MAGNETAR_PORT_RANGE): a supervisor it starts, picking its own servers' ports,
+    cannot pick one this process picked or will pick."""
+    global _own_range
+    low, high = port_range()
+    middle = low + (high - low) // 2
+    os.environ[PORT_RANGE_ENV] = f"{middle}-{high - 1}"
+    _own_range = (low, middle)
 
 
 def _bindable(host: str, port: int) -> bool:

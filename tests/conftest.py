@@ -16,11 +16,13 @@ from tests.kit.zookeeper import ZooKeeperServer, start_zookeeper
 
 
 def pytest_configure(config) -> None:
-    """Parallel workers (pytest-xdist) pick server ports from disjoint ranges, inherited by every process they
-    start: two workers picking the same free port made the second server unable to bind it (a CI failure)."""
+    """Parallel workers (pytest-xdist) pick server ports from disjoint ranges: two workers picking the same free
+    port made the second server unable to bind it (a CI failure). Within its range a worker keeps half for the
+    ports it picks and hands the other half to the processes it starts (a supervisor picks its own)."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
         os.environ[net.PORT_RANGE_ENV] = net.split_port_range(int(worker[2:]), int(count))
+    net.keep_half_for_children()
 
 
 def pytest_sessionstart(session) -> None:

@@ -6,11 +6,21 @@ their source ports too; one was taken between picking and binding ("cannot bind 
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from magnetar import net
+
+
+@pytest.fixture(autouse=True)
+def _range_from_the_environment(monkeypatch) -> None:
+    """These tests set the range through the environment, as a parent process would; the suite's own split
+    (conftest: keep_half_for_children) is set aside for them."""
+    monkeypatch.setattr(net, "_own_range", None)
 
 
 def test_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -52,3 +62,17 @@ def test_a_malformed_range_is_refused_by_name(monkeypatch) -> None:
         monkeypatch.setenv(net.PORT_RANGE_ENV, bad)
         with pytest.raises(ValueError, match=net.PORT_RANGE_ENV):
             net.port_range()
+
+
+def test_a_parent_keeps_half_of_its_range_and_hands_down_the_other(monkeypatch) -> None:
+    """A test worker and the supervisor it starts both pick free ports; each from its own half, they cannot
+    pick the same one."""
+    monkeypatch.setenv(net.PORT_RANGE_ENV, "20000-20999")
+    net.keep_half_for_children()
+    assert net.port_range() == (20_000, 20_500)
+    assert os.environ[net.PORT_RANGE_ENV] == "20500-20999"
+    ours = {net.free_port() for _ in range(50)}
+    assert all(20_000 <= p < 20_500 for p in ours), sorted(ours)
+    child = subprocess.run([sys.executable, "-c", "from magnetar import net; print(net.port_range())"],
+                           capture_output=True, text=True, check=True, timeout=60)
+    assert child.stdout.strip() == "(20500, 21000)"
