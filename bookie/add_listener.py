@@ -49,7 +49,6 @@ class _AddConnection(asyncio.Protocol):
         self._incoming: collections.deque = collections.deque()  # (raw, received) read, not yet accepted
         self._pending: collections.deque = collections.deque()  # accepted, answered in this order
         self._watched = None  # the head request's waiter, once a done callback is on it
-        self._reading = True
         self._write_blocked = False
         self._finishing = False  # no more reading: close once every accepted request is answered
         self._room: Optional[asyncio.Task] = None
@@ -191,8 +190,7 @@ class _AddConnection(asyncio.Protocol):
             return
         reading = not (self._finishing or self._write_blocked or self._incoming
                        or len(self._pending) >= PIPELINE_MAX_REQUESTS)
-        if reading != self._reading:
-            self._reading = reading
+        if reading != self.transport.is_reading():
             if reading:
                 self.transport.resume_reading()
             else:
@@ -218,7 +216,7 @@ class AddListener:
     """Serves the add port of one bookie. ``await start()``, ``stop_accepting()``, ``await close()``.
 
     Args:
-        service: the bookie's service (its add pipeline).
+        service: the bookie's service (``accept_add`` and ``add_response``, the steps of every request).
         host, port: where to listen (port 0: a free one, see :attr:`port`).
         keepalive_idle_s, keepalive_timeout_s: TCP keepalive of accepted connections
             (:func:`magnetar.net.tune_tcp_socket`).

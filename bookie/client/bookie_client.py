@@ -346,7 +346,7 @@ class BookieClient:
         if status == Status.PARTIAL and len(response.entry_status) == len(sent.adds):
             statuses = response.entry_status
         else:
-            statuses = [status] * len(sent.adds)
+            statuses = itertools.repeat(status)
         _report(self.bookie_id, ((a.callback, a.entry_id, s, message) for a, s in zip(sent.adds, statuses)))
 
     async def _watch_timeouts(self) -> None:
